@@ -1,0 +1,37 @@
+"""Which site this node is, from its node config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+def resolve_site_index(node_config: Mapping[str, object], site_names: tuple[str, ...]) -> int:
+    """Map a node to a site of the dataset.
+
+    A SuperNode started with ``--node-config "site-name=site-3"`` is that site;
+    in simulation the engine sets ``partition-id`` and the node is site
+    ``partition-id``. Arrival order never decides.
+
+    Raises
+    ------
+    ValueError
+        When neither key is set, the site name is unknown, or the partition id
+        is outside the dataset's sites.
+    """
+    if "site-name" in node_config:
+        name = str(node_config["site-name"])
+        if name not in site_names:
+            raise ValueError(f"node config site-name = '{name}' is not a site of the dataset {list(site_names)}")
+        return site_names.index(name)
+    if "partition-id" in node_config:
+        index = int(node_config["partition-id"])  # type: ignore[arg-type]
+        if not 0 <= index < len(site_names):
+            raise ValueError(
+                f"partition-id = {index} but the dataset has {len(site_names)} sites {list(site_names)}; "
+                f"run the simulation with num-supernodes={len(site_names)}"
+            )
+        return index
+    raise ValueError(
+        "this node has neither 'site-name' nor 'partition-id' in its node config; start the SuperNode "
+        "with --node-config \"site-name=<one of " + ", ".join(site_names) + ">\""
+    )

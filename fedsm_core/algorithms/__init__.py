@@ -1,0 +1,1 @@
+"""Federated algorithms on plain weight dictionaries (name -> numpy array)."""

@@ -1,0 +1,102 @@
+"""FedSM server state and aggregation (Xu et al., CVPR 2022, Algorithm 1, server side)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedsm_core.algorithms.aggregation import Weights, weighted_average
+from fedsm_core.algorithms.softpull import check_lam, soft_pull
+
+
+@dataclasses.dataclass
+class FedSMPayload:
+    """What one client receives for a round of Algorithm 1.
+
+    Only its own personalized model travels, not the other sites' ones.
+    ``selector_optimizer`` holds the averaged Adam moments (empty before round 1).
+    """
+
+    global_weights: Weights
+    personal_weights: Weights
+    selector_weights: Weights
+    selector_optimizer: Weights
+
+
+@dataclasses.dataclass
+class FedSMUpdate:
+    """What one client returns after its local epochs."""
+
+    global_weights: Weights
+    personal_weights: Weights
+    selector_weights: Weights
+    selector_optimizer: Weights
+    num_examples: int
+
+
+def _copy(weights: Mapping[str, np.ndarray]) -> Weights:
+    return {key: np.array(value, copy=True) for key, value in weights.items()}
+
+
+class FedSM:
+    """Keeps the super model on the server and aggregates one round at a time.
+
+    After each round (Algorithm 1):
+
+    * global model and selector: ``w <- sum_k (n_k / n) w_k`` over the replies;
+    * selector Adam moments: averaged the same way, so every client starts the
+      next round from one shared optimizer state (a client only ever sees its
+      own label, and without shared moments each pulls the selector its way);
+    * personalized models: SoftPull with coefficient ``lam`` over all K sites,
+      ``w_p,k <- lam w_p,k + (1 - lam)/(K - 1) sum_{k' != k} w_p,k'``; a site
+      that did not reply keeps its previous model as its input to SoftPull.
+
+    Parameters
+    ----------
+    site_names : sequence of str
+        The K training sites, in selector-output order.
+    global_weights : dict
+        Initial U-Net weights; every personalized model starts from a copy.
+    selector_weights : dict
+        Initial selector weights.
+    lam : float
+        SoftPull coefficient, ``1/K <= lam <= 1``.
+    """
+
+    def __init__(
+        self, site_names: Sequence[str], global_weights: Weights, selector_weights: Weights, lam: float
+    ) -> None:
+        if len(set(site_names)) != len(site_names) or not site_names:
+            raise ValueError(f"FedSM needs distinct, non-empty site names, got {list(site_names)}")
+        check_lam(lam, len(site_names))
+        self.site_names = list(site_names)
+        self.lam = float(lam)
+        self.global_weights = _copy(global_weights)
+        self.personalized = {site: _copy(global_weights) for site in self.site_names}
+        self.selector_weights = _copy(selector_weights)
+        self.selector_optimizer: Weights = {}
+
+    def payload_for(self, site: str) -> FedSMPayload:
+        """The models site ``site`` needs for one round of local training."""
+        if site not in self.personalized:
+            raise KeyError(f"unknown site '{site}'; known sites: {self.site_names}")
+        return FedSMPayload(self.global_weights, self.personalized[site], self.selector_weights, self.selector_optimizer)
+
+    def aggregate(self, updates: Mapping[str, FedSMUpdate]) -> None:
+        """Fold one round of client updates into the super model."""
+        if not updates:
+            raise ValueError("FedSM.aggregate: no client updates in this round")
+        unknown = sorted(set(updates) - set(self.personalized))
+        if unknown:
+            raise KeyError(f"updates from unknown sites {unknown}; known sites: {self.site_names}")
+        replies = list(updates.values())
+        sizes = [update.num_examples for update in replies]
+        self.global_weights = weighted_average([u.global_weights for u in replies], sizes)
+        self.selector_weights = weighted_average([u.selector_weights for u in replies], sizes)
+        if all(u.selector_optimizer for u in replies):
+            self.selector_optimizer = weighted_average([u.selector_optimizer for u in replies], sizes)
+        for site, update in updates.items():
+            self.personalized[site] = update.personal_weights
+        self.personalized = soft_pull(self.personalized, self.lam)

@@ -1,0 +1,90 @@
+"""FedSM inference (Xu et al. 2022, Algorithm 2): route each image through the super model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+
+GLOBAL_ROUTE = -1
+
+
+def route(selector_probs: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Choose a model per image from the selector's softmax output.
+
+    ``y_s = softmax(f_s(x))``; if ``max(y_s) > gamma`` the image goes to the
+    personalized model ``argmax(y_s)``, otherwise to the global model.
+
+    Parameters
+    ----------
+    selector_probs : torch.Tensor
+        ``[B, K]`` probabilities (rows sum to 1).
+    gamma : float
+        Confidence threshold in ``[0, 1]``; ``gamma = 0`` always picks a
+        personalized model, ``gamma = 1`` always the global one.
+
+    Returns
+    -------
+    torch.Tensor
+        Long tensor ``[B]``: a site index in ``0..K-1`` or ``GLOBAL_ROUTE`` (-1).
+    """
+    if selector_probs.ndim != 2:
+        raise ValueError(f"route: selector_probs must be [B, K], got shape {tuple(selector_probs.shape)}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"route: gamma = {gamma} is outside [0, 1]")
+    confidence, site = selector_probs.max(dim=1)
+    return torch.where(confidence > gamma, site, torch.full_like(site, GLOBAL_ROUTE))
+
+
+class SuperModel(nn.Module):
+    """The FedSM super model: a global model, K personalized models and a selector.
+
+    Parameters
+    ----------
+    global_model : nn.Module
+        The FedAvg global U-Net.
+    personalized : sequence of nn.Module
+        One SoftPull-personalized U-Net per training site, in site order.
+    selector : nn.Module
+        Site classifier with K outputs.
+    gamma : float
+        Confidence threshold of Algorithm 2.
+    """
+
+    def __init__(
+        self, global_model: nn.Module, personalized: Sequence[nn.Module], selector: nn.Module, gamma: float
+    ) -> None:
+        super().__init__()
+        self.global_model = global_model
+        self.personalized = nn.ModuleList(personalized)
+        self.selector = selector
+        self.gamma = float(gamma)
+
+    @torch.no_grad()
+    def forward_with_routes(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Segment ``images``; returns ``(logits, routes, selector_probs)``.
+
+        Each model runs only on the images routed to it.
+        """
+        probs = torch.softmax(self.selector(images), dim=1)
+        if probs.shape[1] != len(self.personalized):
+            raise ValueError(
+                f"selector has {probs.shape[1]} outputs but the super model holds "
+                f"{len(self.personalized)} personalized models"
+            )
+        routes = route(probs, self.gamma)
+        logits: torch.Tensor | None = None
+        for index in routes.unique().tolist():
+            chosen = routes == index
+            model = self.global_model if index == GLOBAL_ROUTE else self.personalized[index]
+            part = model(images[chosen])
+            if logits is None:
+                logits = part.new_zeros((len(images), *part.shape[1:]))
+            logits[chosen] = part
+        assert logits is not None  # routes covers every image of a non-empty batch
+        return logits, routes, probs
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, S, H, W]`` of the routed model for every image."""
+        return self.forward_with_routes(images)[0]

@@ -1,0 +1,125 @@
+"""The super-model bundle: one file that runs FedSM inference in plain PyTorch.
+
+A bundle is a ``torch.save`` dictionary of tensors and plain values (loadable
+with ``weights_only=True``): the model spec, site and structure names, gamma,
+image size, and the state dicts of the global model, the K personalized models
+and the selector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import set_weights
+
+BUNDLE_FORMAT = "fedsm-super-model/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleInfo:
+    """Everything in a bundle besides the weights."""
+
+    spec: ModelSpec
+    site_names: tuple[str, ...]
+    structures: tuple[str, ...]
+    gamma: float
+    image_size: int
+    extra: dict[str, Any]
+
+
+def _tensors(weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {key: torch.from_numpy(np.array(value, copy=True)) for key, value in weights.items()}
+
+
+def save_bundle(
+    path: str | Path,
+    info: BundleInfo,
+    global_weights: Weights,
+    personalized: Sequence[Weights],
+    selector_weights: Weights,
+) -> Path:
+    """Write the bundle atomically (temporary file, then rename) and return its path."""
+    if len(personalized) != len(info.site_names):
+        raise ValueError(f"{len(personalized)} personalized models for {len(info.site_names)} sites")
+    payload = {
+        "format": BUNDLE_FORMAT,
+        "spec": info.spec.to_dict(),
+        "site_names": list(info.site_names),
+        "structures": list(info.structures),
+        "gamma": float(info.gamma),
+        "image_size": int(info.image_size),
+        "extra": dict(info.extra),
+        "global": _tensors(global_weights),
+        "personalized": [_tensors(weights) for weights in personalized],
+        "selector": _tensors(selector_weights),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        torch.save(payload, temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
+def load_bundle(path: str | Path, device: torch.device | str = "cpu") -> tuple[SuperModel, BundleInfo]:
+    """Load a bundle written by :func:`save_bundle` into a ready :class:`SuperModel`.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        When the file is not a readable FedSM bundle (corrupt, truncated, or
+        another kind of file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"super-model bundle '{path}' does not exist; a finished run writes super_model.pt")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for damaged files
+        raise ValueError(f"'{path}' is not a readable FedSM bundle ({type(error).__name__}: {error})") from error
+    if not isinstance(payload, dict) or payload.get("format") != BUNDLE_FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"'{path}' is not a FedSM bundle: format {found!r}, expected {BUNDLE_FORMAT!r}")
+    info = BundleInfo(
+        spec=ModelSpec(**payload["spec"]),
+        site_names=tuple(payload["site_names"]),
+        structures=tuple(payload["structures"]),
+        gamma=float(payload["gamma"]),
+        image_size=int(payload["image_size"]),
+        extra=dict(payload["extra"]),
+    )
+    return _assemble(info, payload, path).to(device), info
+
+
+def _assemble(info: BundleInfo, payload: dict[str, Any], path: Path) -> SuperModel:
+    def numpy(state: Mapping[str, torch.Tensor]) -> Weights:
+        return {key: value.numpy() for key, value in state.items()}
+
+    global_model = info.spec.build_segmentation()
+    set_weights(global_model, numpy(payload["global"]), f"{path}: global model")
+    personalized = []
+    for site, state in zip(info.site_names, payload["personalized"], strict=True):
+        model = info.spec.build_segmentation()
+        set_weights(model, numpy(state), f"{path}: personalized model of {site}")
+        personalized.append(model)
+    selector = info.spec.build_selector()
+    set_weights(selector, numpy(payload["selector"]), f"{path}: selector")
+    return SuperModel(global_model, personalized, selector, info.gamma).eval()

@@ -1,0 +1,120 @@
+"""Run configuration: the ``[tool.flwr.app.config]`` keys, parsed once and checked.
+
+Keys are kebab-case in ``pyproject.toml`` and on the command line
+(``flwr run . --run-config "softpull-lambda=0.5"``); each maps to the snake_case
+field of :class:`RunConfig` with the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+STRATEGIES = ("fedsm",)
+DATASETS = ("synthetic-fundus",)
+DEVICES = ("auto", "cpu", "cuda")
+
+WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Every setting of a run, with its default.
+
+    Attributes mirror the kebab-case keys of ``[tool.flwr.app.config]``; the README
+    documents each one.
+    """
+
+    num_server_rounds: int = 20
+    strategy: str = "fedsm"
+    dataset: str = "synthetic-fundus"
+    image_size: int = 64
+    data_scale: float = 0.5
+    data_seed: int = 0
+    seed: int = 0
+    encoder: str = "mobilenet_v2"
+    batch_size: int = 8
+    local_epochs: int = 1
+    max_local_steps: int = 0
+    lr: float = 1e-3
+    selector_lr: float = 5e-4
+    selector_width: int = 32
+    softpull_lambda: float = 0.7
+    gamma: float = 0.6
+    eval_every: int = 1
+    output_dir: str = "runs"
+    device: str = "auto"
+    torch_threads: int = 1
+    round_timeout: float = 3600.0
+
+    def __post_init__(self) -> None:
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        _check_choice("dataset", self.dataset, DATASETS)
+        _check_choice("device", self.device, DEVICES)
+        _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
+        _check_range("image-size", self.image_size, 32, 4096)
+        if self.image_size % 32:
+            raise ValueError(f"image-size = {self.image_size} must be a multiple of 32 (U-Net pooling); {WHERE}")
+        _check_range("data-scale", self.data_scale, 1e-3, 100.0)
+        _check_range("batch-size", self.batch_size, 1, 4096)
+        _check_range("local-epochs", self.local_epochs, 1, 1000)
+        _check_range("max-local-steps", self.max_local_steps, 0, 10**9)
+        _check_range("lr", self.lr, 1e-8, 10.0)
+        _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
+        _check_range("selector-width", self.selector_width, 1, 512)
+        _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
+        _check_range("gamma", self.gamma, 0.0, 1.0)
+        _check_range("eval-every", self.eval_every, 1, 100_000)
+        _check_range("torch-threads", self.torch_threads, 0, 1024)
+        _check_range("round-timeout", self.round_timeout, 1.0, 10**7)
+        if not self.output_dir:
+            raise ValueError(f"output-dir is empty; {WHERE}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:
+        """Parse kebab-case keys; missing keys take their defaults.
+
+        Raises
+        ------
+        ValueError
+            For an unknown key (the message lists the valid ones) or a value out
+            of range.
+        TypeError
+            For a value of the wrong type.
+        """
+        fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown run-config key(s) {unknown}; valid keys: {sorted(fields)}")
+        parsed = {fields[key].name: _coerce(key, value, fields[key].default) for key, value in values.items()}
+        return cls(**parsed)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The kebab-case form, as written in ``[tool.flwr.app.config]``."""
+        return {f.name.replace("_", "-"): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    expected = type(default)
+    if isinstance(value, bool) and expected is not bool:
+        raise TypeError(f"run-config '{key}' = {value!r} is a boolean, expected {expected.__name__}; {WHERE}")
+    if expected is float and isinstance(value, int):
+        return float(value)
+    if expected is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, expected):
+        raise TypeError(
+            f"run-config '{key}' = {value!r} has type {type(value).__name__}, expected {expected.__name__}; {WHERE}"
+        )
+    return value
+
+
+def _check_range(key: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{key} = {value} is outside [{low}, {high}]; {WHERE}")
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} = '{value}' is not one of {list(choices)}; {WHERE}")

@@ -1,0 +1,47 @@
+"""What defines the networks of a run, so every party builds identical models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch.nn as nn
+
+from fedsm_core.models.segmentation import build_segmentation_model
+from fedsm_core.models.selector import Selector
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of the global/personalized U-Nets and of the selector.
+
+    Attributes
+    ----------
+    encoder : str
+        smp encoder of the U-Net.
+    num_structures : int
+        Output channels of the U-Net (2 for fundus disc and cup).
+    num_sites : int
+        K, the selector's number of classes.
+    selector_width : int
+        Base width of the VGG-11-style selector.
+    in_channels : int
+        Image channels.
+    """
+
+    encoder: str
+    num_structures: int
+    num_sites: int
+    selector_width: int = 32
+    in_channels: int = 3
+
+    def build_segmentation(self) -> nn.Module:
+        """A freshly initialised U-Net."""
+        return build_segmentation_model(self.encoder, self.num_structures, self.in_channels)
+
+    def build_selector(self) -> Selector:
+        """A freshly initialised selector with K outputs."""
+        return Selector(self.num_sites, self.selector_width, self.in_channels)
+
+    def to_dict(self) -> dict[str, str | int]:
+        """Plain values, for bundles and messages."""
+        return dataclasses.asdict(self)

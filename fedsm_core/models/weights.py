@@ -1,0 +1,34 @@
+"""Model weights as plain ``name -> numpy array`` dictionaries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from fedsm_core.algorithms.aggregation import Weights, check_same_layout
+
+
+def get_weights(model: nn.Module) -> Weights:
+    """Copy the full state (parameters and buffers, e.g. batch-norm statistics)."""
+    return {name: tensor.detach().cpu().numpy().copy() for name, tensor in model.state_dict().items()}
+
+
+def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray], where: str = "weights") -> None:
+    """Load ``weights`` into ``model``; a key or shape mismatch raises ``ValueError``.
+
+    Parameters
+    ----------
+    where : str
+        Names the source of the weights in error messages.
+    """
+    reference = model.state_dict()
+    shapes = {name: np.broadcast_to(np.float32(0), tuple(t.shape)) for name, t in reference.items()}
+    check_same_layout(shapes, weights, where)
+    state = {
+        name: torch.from_numpy(np.array(weights[name], copy=True)).to(dtype=tensor.dtype)
+        for name, tensor in reference.items()
+    }
+    model.load_state_dict(state, strict=True)

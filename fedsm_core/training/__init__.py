@@ -1,0 +1,1 @@
+"""Local training: one loop with hooks, batching, optimizer-state transport."""

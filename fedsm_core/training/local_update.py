@@ -1,0 +1,131 @@
+"""The one local-training loop of every strategy, with hooks for what differs.
+
+FedSM steps three models on each minibatch (global copy, personalized model,
+selector); FedProx adds a proximal term, Scaffold corrects gradients. All of them
+are :class:`Learner` objects driven by :func:`train_local`, each with its own
+:class:`TrainingHook` list, so no algorithm carries a copy of the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+import torch.nn as nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+TargetFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class TrainingHook:
+    """Base hook: a no-op at every point of a training step.
+
+    Subclasses override what their algorithm changes: ``extra_loss`` adds a
+    term to the loss (FedProx's ``mu/2 * ||w - w_global||^2``), ``after_backward``
+    edits gradients before the optimizer step (Scaffold's ``- c_k + c``).
+    """
+
+    def extra_loss(self, model: nn.Module) -> torch.Tensor | None:
+        """A term added to the loss before ``backward``; ``None`` adds nothing."""
+        return None
+
+    def after_backward(self, model: nn.Module) -> None:
+        """Called after ``backward`` and before ``optimizer.step``."""
+
+    def after_step(self, model: nn.Module) -> None:
+        """Called after ``optimizer.step``."""
+
+
+def use_masks(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Target of a segmentation learner: the masks of the batch."""
+    return masks
+
+
+@dataclasses.dataclass
+class Learner:
+    """A model with its optimizer, loss and hooks, stepped once per minibatch.
+
+    Attributes
+    ----------
+    name : str
+        Key of this learner's mean loss in the metrics of :func:`train_local`.
+    model, optimizer : torch.nn.Module, torch.optim.Optimizer
+    loss_fn : callable
+        ``loss_fn(outputs, targets) -> scalar``.
+    target_fn : callable
+        ``target_fn(images, masks) -> targets`` (a selector learner returns site labels).
+    hooks : sequence of TrainingHook
+    """
+
+    name: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: LossFn
+    target_fn: TargetFn = use_masks
+    hooks: Sequence[TrainingHook] = ()
+
+    def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
+        """One optimizer step on one minibatch; returns the data loss."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(images), self.target_fn(images, masks))
+        total = loss
+        for hook in self.hooks:
+            extra = hook.extra_loss(self.model)
+            if extra is not None:
+                total = total + extra
+        total.backward()
+        for hook in self.hooks:
+            hook.after_backward(self.model)
+        self.optimizer.step()
+        for hook in self.hooks:
+            hook.after_step(self.model)
+        return float(loss.detach())
+
+
+def train_local(
+    learners: Sequence[Learner],
+    batches: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]],
+    epochs: int,
+    max_steps: int = 0,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """Run local epochs; every learner takes one step on every minibatch.
+
+    Parameters
+    ----------
+    learners : sequence of Learner
+        Stepped in order on each minibatch (Algorithm 1 of FedSM steps the global
+        copy, the personalized model and the selector on the same batch).
+    batches : callable
+        Returns a fresh iterable of ``(images, masks)`` for each epoch.
+    epochs : int
+        Passes over the local data.
+    max_steps : int
+        Stop after this many minibatches in total; 0 means no limit.
+    device : torch.device or str
+        Where the batches are moved.
+
+    Returns
+    -------
+    dict[str, float]
+        ``loss-<name>`` (mean data loss per learner) and ``steps``.
+    """
+    if not learners:
+        raise ValueError("train_local: no learners given")
+    sums = {learner.name: 0.0 for learner in learners}
+    steps = 0
+    for _ in range(epochs):
+        for images, masks in batches():
+            images, masks = images.to(device), masks.to(device)
+            for learner in learners:
+                sums[learner.name] += learner.step(images, masks)
+            steps += 1
+            if 0 < max_steps <= steps:
+                break
+        if 0 < max_steps <= steps:
+            break
+    metrics = {f"loss-{name}": total / max(steps, 1) for name, total in sums.items()}
+    metrics["steps"] = float(steps)
+    return metrics

@@ -1,0 +1,53 @@
+"""Adam moments as named arrays, so they can be averaged with the weights they belong to."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+MOMENT_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+def adam_state_to_arrays(model: nn.Module, optimizer: torch.optim.Adam) -> dict[str, np.ndarray]:
+    """Export Adam's first and second moments and step count, keyed by parameter name.
+
+    Keys are ``"<parameter>/exp_avg"``, ``"<parameter>/exp_avg_sq"`` and
+    ``"<parameter>/step"``. A parameter that has not been stepped yet is exported
+    with zero moments and step 0, so every export has the same layout.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for name, parameter in model.named_parameters():
+        state = optimizer.state.get(parameter, {})
+        for key in MOMENT_KEYS:
+            value = state.get(key)
+            arrays[f"{name}/{key}"] = (
+                value.detach().cpu().numpy().copy() if value is not None else np.zeros(tuple(parameter.shape), np.float32)
+            )
+        step = state.get("step", 0.0)
+        arrays[f"{name}/step"] = np.asarray(float(step), dtype=np.float32)
+    return arrays
+
+
+def load_adam_state(model: nn.Module, optimizer: torch.optim.Adam, arrays: dict[str, np.ndarray]) -> None:
+    """Load moments exported by :func:`adam_state_to_arrays` into ``optimizer``.
+
+    An empty ``arrays`` leaves the optimizer fresh (the first round). Parameters
+    with step 0 are left without state, as a fresh Adam would have them.
+    """
+    if not arrays:
+        return
+    for name, parameter in model.named_parameters():
+        keys = [f"{name}/{key}" for key in (*MOMENT_KEYS, "step")]
+        missing = [key for key in keys if key not in arrays]
+        if missing:
+            raise ValueError(f"optimizer state lacks {missing}; it does not belong to this model")
+        step = float(np.asarray(arrays[keys[2]]))
+        if step <= 0:
+            continue
+        device = parameter.device
+        optimizer.state[parameter] = {
+            "step": torch.tensor(step, dtype=torch.float32),
+            "exp_avg": torch.from_numpy(np.array(arrays[keys[0]], dtype=np.float32)).to(device),
+            "exp_avg_sq": torch.from_numpy(np.array(arrays[keys[1]], dtype=np.float32)).to(device),
+        }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run FedSM on six simulated sites with `flwr run .` (Ray simulation, local SuperLink).
+#
+# Usage: scripts/run-simulation.sh ["key=value key2=value2"]
+#   The optional argument overrides [tool.flwr.app.config] keys, e.g.
+#   scripts/run-simulation.sh "num-server-rounds=5 softpull-lambda=0.5"
+# Environment:
+#   FLWR_HOME        Flower's state folder (default: .flwr-home in the project)
+#   FEDSM_RUNS       where run folders go (default: runs/ in the project)
+#   NUM_SUPERNODES   simulated sites (default: 6, the sites of the default dataset)
+#
+# Exits non-zero when the run fails (`flwr run --stream` itself exits 0 then), and
+# stops the local SuperLink it started, so no server outlives the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/offline-env.sh
+export FLWR_HOME="${FLWR_HOME:-$PWD/.flwr-home}"
+mkdir -p "$FLWR_HOME"
+FLWR_HOME="$(cd "$FLWR_HOME" && pwd)"
+runs="${FEDSM_RUNS:-$PWD/runs}"
+mkdir -p "$runs"
+runs="$(cd "$runs" && pwd)"
+overrides="${1:-}"
+
+stop_superlink() {
+  # The local SuperLink is started detached by `flwr run`; find it by its database path.
+  local pid
+  for pid in $(pgrep -f -- "--database $FLWR_HOME/local-superlink/state.db" || true); do
+    pkill -f -- "flower-superexec .*--parent-pid $pid\$" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  done
+  return 0
+}
+stop_superlink  # a SuperLink left from an earlier run keeps that run's environment
+trap stop_superlink EXIT
+
+log="$(mktemp)"
+flwr run . --stream \
+  --federation-config "num-supernodes=${NUM_SUPERNODES:-6} client-resources-num-cpus=1 init-args-num-cpus=2" \
+  --run-config "output-dir='$runs' $overrides" 2>&1 | tee "$log"
+run_id="$(grep -oE 'Successfully started run [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -n 1 || true)"
+rm -f "$log"
+if [ -z "$run_id" ]; then
+  echo "run-simulation: flwr run did not start a run (see the output above)" >&2
+  exit 1
+fi
+status="$(flwr ls --run-id "$run_id" --format json | python -c 'import json, sys; r = json.load(sys.stdin)["runs"][0]; print(r["status"], "|", r["status-details"])')"
+echo "run $run_id: $status"
+case "$status" in
+  finished:completed*) exit 0 ;;
+  *) echo "run-simulation: run $run_id did not complete: $status" >&2; exit 1 ;;
+esac

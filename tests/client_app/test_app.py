@@ -1,0 +1,132 @@
+"""ClientApp handlers, called with hand-built messages (no simulation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, MessageType, RecordDict
+
+from client_app import app as client
+from client_app import records
+from client_app.site import resolve_site_index
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import dataset_info
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights
+
+TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 1, "selector-width": 4, "batch-size": 4}
+SITE = 2
+
+
+def _context() -> Context:
+    return Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(), run_config=TINY)
+
+
+def _spec() -> ModelSpec:
+    config = RunConfig.from_mapping(TINY)
+    info = dataset_info(config.dataset)
+    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
+
+
+def _message(content: dict, message_type: str) -> Message:
+    return Message(RecordDict(content), message_type=message_type, dst_node_id=7)
+
+
+def test_query_reports_the_site_of_the_partition():
+    # Prepare
+    msg = _message({records.CONFIG: records.to_config({"ask": "site"})}, MessageType.QUERY)
+
+    # Execute
+    reply = client.query(msg, _context())
+
+    # Assert
+    site = reply.content[records.SITE]
+    assert site["site-index"] == SITE
+    assert site["site-name"] == dataset_info("synthetic-fundus").site_names[SITE]
+    assert site["num-train"] > 0 and site["num-val"] > 0 and site["num-test"] > 0
+
+
+def test_train_returns_updated_models_and_the_site_size():
+    # Prepare
+    spec = _spec()
+    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
+    msg = _message(
+        {
+            records.GLOBAL: records.to_record(segmentation),
+            records.PERSONAL: records.to_record(segmentation),
+            records.SELECTOR: records.to_record(selector),
+            records.SELECTOR_OPTIMIZER: records.to_record({}),
+            records.CONFIG: records.to_config({"server-round": 1}),
+        },
+        MessageType.TRAIN,
+    )
+
+    # Execute
+    reply = client.train(msg, _context())
+
+    # Assert
+    content = reply.content
+    new_selector = records.from_record(content[records.SELECTOR])
+    assert set(new_selector) == set(selector)
+    assert any(not np.array_equal(new_selector[k], selector[k]) for k in selector)
+    assert set(records.from_record(content[records.PERSONAL])) == set(segmentation)
+    moments = records.from_record(content[records.SELECTOR_OPTIMIZER])
+    assert all(float(moments[f"{name}/step"]) == 1.0 for name in ("classifier.weight", "classifier.bias"))
+    metrics = content[records.METRICS]
+    assert metrics["steps"] == 1.0
+    site = client.query(_message({}, MessageType.QUERY), _context()).content[records.SITE]
+    assert metrics["num-examples"] == site["num-train"]
+
+
+def test_evaluate_reports_dice_and_selector_accuracy_in_range():
+    # Prepare
+    spec = _spec()
+    segmentation = get_weights(spec.build_segmentation())
+    msg = _message(
+        {
+            records.GLOBAL: records.to_record(segmentation),
+            records.PERSONALIZED: records.models_to_record([segmentation] * spec.num_sites),
+            records.SELECTOR: records.to_record(get_weights(spec.build_selector())),
+            records.CONFIG: records.to_config({"split": "val", "gamma": 0.5}),
+        },
+        MessageType.EVALUATE,
+    )
+
+    # Execute
+    metrics = client.evaluate(msg, _context()).content[records.METRICS]
+
+    # Assert
+    for key in ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global"):
+        assert 0.0 <= metrics[key] <= 1.0
+    # Identical global and personalized weights: routing cannot change the prediction.
+    assert metrics["dice-super"] == pytest.approx(metrics["dice-global"])
+
+
+def test_site_is_taken_from_site_name_before_partition_id():
+    names = ("a", "b", "c")
+    assert resolve_site_index({"site-name": "c", "partition-id": 0}, names) == 2
+    assert resolve_site_index({"partition-id": 1}, names) == 1
+
+
+@pytest.mark.parametrize(
+    ("node_config", "match"),
+    [({"site-name": "x"}, "not a site"), ({"partition-id": 3}, "num-supernodes=3"), ({}, "--node-config")],
+)
+def test_bad_node_config_is_explained(node_config, match):
+    with pytest.raises(ValueError, match=match):
+        resolve_site_index(node_config, ("a", "b", "c"))
+
+
+def test_models_record_round_trip_and_missing_model():
+    # Prepare
+    models = [{"w": np.full((2,), float(i), np.float32), "n": np.asarray(i, np.int64)} for i in range(3)]
+
+    # Execute
+    restored = records.models_from_record(records.models_to_record(models), 3)
+
+    # Assert
+    for original, back in zip(models, restored, strict=True):
+        assert back["n"].shape == () and back["n"] == original["n"]
+        np.testing.assert_array_equal(back["w"], original["w"])
+    with pytest.raises(ValueError, match=r"no weights for model\(s\) \[3\]"):
+        records.models_from_record(records.models_to_record(models), 4)

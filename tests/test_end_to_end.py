@@ -1,0 +1,63 @@
+"""End to end: the README's run script, two FedSM rounds of `flwr run .` on tiny images."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from fedsm_core.bundle import load_bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8"
+
+
+def _run(tmp_path: Path, overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "FEDSM_RUNS": str(tmp_path / "runs")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run-simulation.sh"), overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def _superlinks(flwr_home: Path) -> str:
+    found = subprocess.run(["pgrep", "-af", f"--database {flwr_home}"], capture_output=True, text=True)
+    return found.stdout.strip()
+
+
+def test_two_round_simulation_writes_metrics_summary_and_a_loadable_super_model(tmp_path):
+    # Execute
+    result = _run(tmp_path, TINY)
+
+    # Assert
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    folders = list((tmp_path / "runs").iterdir())
+    assert len(folders) == 1
+    folder = folders[0]
+    with (folder / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    val_rounds = {int(r["round"]) for r in rows if r["split"] == "val"}
+    assert val_rounds == {1, 2}
+    test_sites = {r["site"] for r in rows if r["split"] == "test" and r["metric"] == "dice-super"}
+    assert test_sites == {f"site-{i}" for i in range(1, 7)} | {"pooled"}
+    assert all(0.0 <= float(r["value"]) <= 1.0 for r in rows if r["metric"].startswith("dice"))
+    summary = (folder / "summary.md").read_text()
+    assert "| pooled |" in summary and "dice-super" in summary
+    super_model, info = load_bundle(folder / "super_model.pt")
+    assert info.site_names == tuple(f"site-{i}" for i in range(1, 7))
+    assert super_model(torch.rand(2, 3, 32, 32)).shape == (2, 2, 32, 32)
+    assert _superlinks(tmp_path / "flwr-home") == ""
+
+
+def test_a_failing_run_exits_non_zero(tmp_path):
+    # image-size passes Flower's checks but fails RunConfig's (not a multiple of 32).
+    result = _run(tmp_path, "num-server-rounds=1 image-size=48")
+
+    assert result.returncode != 0
+    assert "image-size = 48" in result.stdout + result.stderr
+    assert _superlinks(tmp_path / "flwr-home") == ""
