@@ -46,6 +46,10 @@ def soft_dice_loss_per_image(logits: torch.Tensor, target: torch.Tensor, eps: fl
 
     Used by FedSM-extra to find which model fits an image best.
     """
+    if logits.shape != target.shape:
+        raise ValueError(
+            f"soft_dice_loss_per_image: logits shape {tuple(logits.shape)} != target shape {tuple(target.shape)}"
+        )
     probs = torch.sigmoid(logits)
     dims = tuple(range(2, logits.ndim))
     intersection = (probs * target).sum(dims)

@@ -26,7 +26,7 @@ def check_same_layout(reference: Mapping[str, np.ndarray], other: Mapping[str, n
     for key, value in reference.items():
         if np.shape(other[key]) != np.shape(value):
             raise ValueError(
-                f"{where}: '{key}' has shape {np.shape(other[key])}, the model expects {np.shape(value)}"
+                f"{where}: '{key}' has shape {np.shape(other[key])}, expected {np.shape(value)}"
             )
 
 
@@ -54,7 +54,7 @@ def weighted_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequenc
     if len(weights) != len(sizes):
         raise ValueError(f"weighted_average: {len(weights)} weight sets but {len(sizes)} sizes")
     total = float(sum(sizes))
-    if total <= 0 or any(s < 0 for s in sizes):
+    if not np.isfinite(total) or total <= 0 or any(not s >= 0 for s in sizes):
         raise ValueError(f"weighted_average: sizes must be >= 0 with a positive sum, got {list(sizes)}")
     for index, other in enumerate(weights[1:], start=1):
         check_same_layout(weights[0], other, f"weight set {index}")

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fedsm_core.algorithms.aggregation import Weights, weighted_average
+from fedsm_core.algorithms.aggregation import Weights, check_same_layout, weighted_average
 from fedsm_core.algorithms.softpull import check_lam, soft_pull
 
 
@@ -91,12 +91,25 @@ class FedSM:
         unknown = sorted(set(updates) - set(self.personalized))
         if unknown:
             raise KeyError(f"updates from unknown sites {unknown}; known sites: {self.site_names}")
+        for site, update in updates.items():
+            self._check_update(site, update)
         replies = list(updates.values())
         sizes = [update.num_examples for update in replies]
-        self.global_weights = weighted_average([u.global_weights for u in replies], sizes)
-        self.selector_weights = weighted_average([u.selector_weights for u in replies], sizes)
+        # Everything is computed before anything is assigned, so a failure leaves the state intact.
+        global_weights = weighted_average([u.global_weights for u in replies], sizes)
+        selector_weights = weighted_average([u.selector_weights for u in replies], sizes)
+        selector_optimizer = self.selector_optimizer
         if all(u.selector_optimizer for u in replies):
-            self.selector_optimizer = weighted_average([u.selector_optimizer for u in replies], sizes)
-        for site, update in updates.items():
-            self.personalized[site] = update.personal_weights
-        self.personalized = soft_pull(self.personalized, self.lam)
+            selector_optimizer = weighted_average([u.selector_optimizer for u in replies], sizes)
+        personalized = {**self.personalized, **{site: u.personal_weights for site, u in updates.items()}}
+        self.personalized = soft_pull(personalized, self.lam)
+        self.global_weights, self.selector_weights = global_weights, selector_weights
+        self.selector_optimizer = selector_optimizer
+
+    def _check_update(self, site: str, update: FedSMUpdate) -> None:
+        """Raise ``ValueError`` when a reply does not match the server's models."""
+        check_same_layout(self.global_weights, update.global_weights, f"global model from {site}")
+        check_same_layout(self.global_weights, update.personal_weights, f"personalized model from {site}")
+        check_same_layout(self.selector_weights, update.selector_weights, f"selector from {site}")
+        if update.num_examples <= 0:
+            raise ValueError(f"reply of {site} reports {update.num_examples} training examples; expected > 0")

@@ -75,8 +75,7 @@ FUNDUS_SITES: tuple[SiteProfile, ...] = (
     # Drishti-GS-like: sharp, bright and warm; generous disc and cup outlines.
     SiteProfile("site-1", (1.08, 0.98, 0.80), 1.05, 0.95, 1.15, 0.3, 0.015, 1.60,
                 0.04, (0.34, 0.44), (0.45, 0.70), 0.12, 1.20),
-    # RIGA BinRushed-like: older camera, dark and red, blurred, strong
-    # vignetting; tight outlines drawn inside the visible rim.
+    # RIGA BinRushed-like: old camera, dark, red, blurred, vignetted; tight outlines.
     SiteProfile("site-2", (1.10, 0.78, 0.68), 0.90, 1.15, 0.95, 1.3, 0.020, 1.05,
                 0.10, (0.28, 0.38), (0.35, 0.60), -0.15, 0.80),
     # RIGA Magrabia-like: cool greenish cast, bright, noisy; wide disc outline.
@@ -126,7 +125,8 @@ def _draw_vessels(rng: np.random.Generator, side: np.ndarray, start: np.ndarray)
     branches diverge from their parent after ``rs`` and adds tortuosity.
     """
     n = side.shape[0]
-    # Right-eye template: arcades leave the disc vertically and bend temporally.
+    # Right eye (temporal = +x): arcades leave the disc near vertical
+    # (-pi/2 + 0.35, -pi/2 - 0.55, ...) and bend temporally.
     a_main = np.array([-1.22, -2.12, 1.22, 2.12]) + rng.normal(0.0, 0.12, (n, 4))
     bend = rng.uniform(0.3, 0.6, (n, 1)) * np.array([1.0, -0.5, -1.0, 0.5])
     a_small = np.array([0.0, np.pi]) + rng.normal(0.0, 0.4, (n, 2))
@@ -135,7 +135,7 @@ def _draw_vessels(rng: np.random.Generator, side: np.ndarray, start: np.ndarray)
     beta = np.zeros((n, 10))
     beta[:, 4:8] = rng.choice([-1.0, 1.0], (n, 4)) * rng.uniform(0.35, 0.7, (n, 4))
     rs = np.repeat(start[:, None], 10, axis=1)
-    rs[:, 4:8] = rng.uniform(0.35, 0.75, (n, 4))
+    rs[:, 4:8] = rng.uniform(0.35, 0.75, (n, 4))  # where branches leave their arcade
     # Left eyes are mirror images: theta -> pi - theta flips every bend.
     mirror = side[:, None] < 0
     a = np.where(mirror, np.pi - a, a)

@@ -22,7 +22,9 @@ def adam_state_to_arrays(model: nn.Module, optimizer: torch.optim.Adam) -> dict[
         for key in MOMENT_KEYS:
             value = state.get(key)
             arrays[f"{name}/{key}"] = (
-                value.detach().cpu().numpy().copy() if value is not None else np.zeros(tuple(parameter.shape), np.float32)
+                value.detach().cpu().numpy().copy()
+                if value is not None
+                else np.zeros(tuple(parameter.shape), _numpy_dtype(parameter))
             )
         step = state.get("step", 0.0)
         arrays[f"{name}/step"] = np.asarray(float(step), dtype=np.float32)
@@ -44,10 +46,15 @@ def load_adam_state(model: nn.Module, optimizer: torch.optim.Adam, arrays: dict[
             raise ValueError(f"optimizer state lacks {missing}; it does not belong to this model")
         step = float(np.asarray(arrays[keys[2]]))
         if step <= 0:
+            optimizer.state.pop(parameter, None)
             continue
-        device = parameter.device
+        like = {"device": parameter.device, "dtype": parameter.dtype}
         optimizer.state[parameter] = {
             "step": torch.tensor(step, dtype=torch.float32),
-            "exp_avg": torch.from_numpy(np.array(arrays[keys[0]], dtype=np.float32)).to(device),
-            "exp_avg_sq": torch.from_numpy(np.array(arrays[keys[1]], dtype=np.float32)).to(device),
+            "exp_avg": torch.from_numpy(np.array(arrays[keys[0]])).to(**like),
+            "exp_avg_sq": torch.from_numpy(np.array(arrays[keys[1]])).to(**like),
         }
+
+
+def _numpy_dtype(parameter: torch.Tensor) -> np.dtype:
+    return torch.empty(0, dtype=parameter.dtype).numpy().dtype

@@ -1,0 +1,146 @@
+"""Tests of the super-model bundle (save_bundle / load_bundle)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.bundle import BUNDLE_FORMAT, BundleInfo, load_bundle, save_bundle
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights
+
+SPEC = ModelSpec(encoder="mobilenet_v2", num_structures=2, num_sites=2, selector_width=4)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny super model with random weights, saved once for the module."""
+    torch.manual_seed(0)
+    global_model = SPEC.build_segmentation()
+    personalized = [SPEC.build_segmentation() for _ in range(2)]
+    selector = SPEC.build_selector()
+    info = BundleInfo(
+        spec=SPEC,
+        site_names=("site-1", "site-2"),
+        structures=("disc", "cup"),
+        gamma=0.5,
+        image_size=32,
+        extra={"rounds": 3, "note": "test"},
+    )
+    path = save_bundle(
+        tmp_path_factory.mktemp("bundle") / "nested" / "super_model.pt",
+        info,
+        get_weights(global_model),
+        [get_weights(model) for model in personalized],
+        get_weights(selector),
+    )
+    reference = SuperModel(global_model, personalized, selector, info.gamma).eval()
+    return path, info, reference
+
+
+def test_round_trip_gives_identical_outputs(trained):
+    # Prepare
+    path, info, reference = trained
+    images = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+    # Execute
+    loaded, loaded_info = load_bundle(path)
+    expected_logits, expected_routes, expected_probs = reference.forward_with_routes(images)
+    logits, routes, probs = loaded.forward_with_routes(images)
+
+    # Assert
+    assert loaded_info == info
+    assert not loaded.training
+    assert loaded.gamma == 0.5
+    assert len(loaded.personalized) == 2
+    assert logits.shape == (1, 2, 32, 32)
+    assert torch.equal(routes, expected_routes)
+    assert torch.equal(probs, expected_probs)
+    assert torch.equal(logits, expected_logits)
+    for index in range(2):
+        assert torch.equal(loaded.personalized[index](images), reference.personalized[index](images))
+    assert torch.equal(loaded.global_model(images), reference.global_model(images))
+
+
+def test_save_leaves_no_temporary_file(trained):
+    # Prepare
+    path, _, _ = trained
+
+    # Execute
+    names = sorted(p.name for p in path.parent.iterdir())
+
+    # Assert
+    assert names == ["super_model.pt"]
+
+
+def test_payload_is_weights_only_loadable(trained):
+    # Prepare
+    path, _, _ = trained
+
+    # Execute
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+
+    # Assert
+    assert payload["format"] == BUNDLE_FORMAT
+    assert payload["site_names"] == ["site-1", "site-2"]
+    assert len(payload["personalized"]) == 2
+
+
+def test_wrong_number_of_personalized_models_raises(tmp_path):
+    # Prepare
+    info = BundleInfo(SPEC, ("a", "b"), ("disc", "cup"), 0.5, 32, {})
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match="1 personalized models for 2 sites"):
+        save_bundle(tmp_path / "b.pt", info, {}, [{}], {})
+
+
+def test_truncated_file_raises_value_error_with_path(trained, tmp_path):
+    # Prepare
+    path, _, _ = trained
+    truncated = tmp_path / "truncated.pt"
+    data = path.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(str(truncated))):
+        load_bundle(truncated)
+
+
+def test_garbage_file_raises_value_error_with_path(tmp_path):
+    # Prepare
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"this is not a torch file at all\x00\x01\x02")
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(str(garbage)) + ".*not a readable FedSM bundle"):
+        load_bundle(garbage)
+
+
+def test_missing_file_raises_file_not_found(tmp_path):
+    # Prepare
+    missing = tmp_path / "nowhere" / "super_model.pt"
+
+    # Execute / Assert
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        load_bundle(missing)
+
+
+def test_directory_is_not_a_bundle(tmp_path):
+    # Prepare / Execute / Assert
+    with pytest.raises(FileNotFoundError):
+        load_bundle(tmp_path)
+
+
+@pytest.mark.parametrize("payload", [{"weights": torch.zeros(2)}, {"format": "something-else/1"}, [1, 2, 3]])
+def test_other_torch_file_raises_value_error_mentioning_format(tmp_path, payload):
+    # Prepare
+    other = tmp_path / "other.pt"
+    torch.save(payload, other)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(str(other)) + ".*format"):
+        load_bundle(other)
