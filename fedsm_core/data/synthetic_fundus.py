@@ -159,16 +159,17 @@ def _draw_params(rng: np.random.Generator, site: SiteProfile, n: int) -> dict:
         "cup_aspect": rng.uniform(0.82, 0.97, n),
         "cup_shift": side * rng.uniform(0.0, 0.15, n) * radius,  # cups sit temporally
         "illum": rng.normal(1.0, 0.06, n),
+        # Per-image exposure and white balance blur the line between sites.
+        "gain": rng.normal(1.0, 0.07, (n, 3)), "gamma": np.exp(rng.normal(0.0, 0.12, n)),
         "wave_freq": rng.uniform(1.0, 4.0, (n, 4)) * np.pi,
         "wave_dir": rng.uniform(0.0, 2.0 * np.pi, (n, 4)),
         "wave_phase": rng.uniform(0.0, 2.0 * np.pi, (n, 4)),
-        # Annotators are not perfectly consistent within a protocol either.
-        "margin": site.disc_margin + rng.normal(0.0, 0.02, n),
+        "margin": site.disc_margin + rng.normal(0.0, 0.02, n),  # annotators vary a bit too
         "cup_scale": site.cup_scale * (1.0 + rng.normal(0.0, 0.03, n)),
     }
     p = {k: v.astype(np.float32) for k, v in p.items()}
-    p["vessels"] = {k: v.astype(np.float32) for k, v in
-                    _draw_vessels(rng, side, 0.25 * cup_ratio * radius).items()}
+    vessels = _draw_vessels(rng, side, 0.25 * cup_ratio * radius)
+    p["vessels"] = {k: v.astype(np.float32) for k, v in vessels.items()}
     return p
 
 
@@ -269,18 +270,17 @@ def _gaussian_blur(img: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def _acquire(img: np.ndarray, x: np.ndarray, y: np.ndarray, site: SiteProfile,
-             rng: np.random.Generator) -> np.ndarray:
+             p: dict, rng: np.random.Generator) -> np.ndarray:
     """Apply a site's camera to clean scenes: cast, field of view, blur, tone, noise."""
-    gain = np.asarray(site.channel_gain, dtype=np.float32) * np.float32(site.brightness)
-    img = img * gain[None, :, None, None]
-    r_img = np.sqrt(x * x + y * y)
-    # Overall lens fall-off plus the black outside of the circular field of view.
+    gain = np.asarray(site.channel_gain, np.float32) * np.float32(site.brightness) * p["gain"]
+    img = img * gain[:, :, None, None]
+    r_img = np.sqrt(x * x + y * y)  # lens fall-off, then black outside the field of view
     fov = (1.0 - 0.12 * r_img * r_img) / (1.0 + np.exp((r_img - site.fov_radius) / 0.04))
     img = img * fov.astype(np.float32)
     img = _gaussian_blur(img, site.blur_sigma * img.shape[-1] / _REFERENCE_SIZE)
     mean = img.mean(axis=(2, 3), keepdims=True)
     img = np.clip(mean + np.float32(site.contrast) * (img - mean), 0.0, 1.0)
-    img = img ** np.float32(site.gamma)
+    img = img ** (np.float32(site.gamma) * p["gamma"])[:, None, None, None]
     img += np.float32(site.noise_std) * rng.standard_normal(img.shape, dtype=np.float32)
     return np.clip(img, 0.0, 1.0, out=img)
 
@@ -299,7 +299,7 @@ def _render_site(rng: np.random.Generator, site: SiteProfile, n: int,
         chunk = {k: v[sl] for k, v in params.items() if k != "vessels"}
         chunk["vessels"] = {k: v[sl] for k, v in params["vessels"].items()}
         scene, d_disc, d_cup = _render_scene(x, y, chunk)
-        images[sl] = _acquire(scene, x, y, site, rng)
+        images[sl] = _acquire(scene, x, y, site, chunk, rng)
         # The protocol, not the visible edge, decides where the outline goes.
         disc = d_disc <= 1.0 + _col(chunk["margin"])
         masks[sl, 0] = disc
