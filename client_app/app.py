@@ -17,6 +17,7 @@ from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, dataset_info
+from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_super_model
 from fedsm_core.models.spec import ModelSpec
@@ -42,9 +43,10 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Tell the server which site this node is and how much data it holds."""
+    """Tell the server which site this node is, how much data it holds and its pixel statistics."""
     config, info, site_index, _ = _setup(context)
     site = _load_site(config, info, site_index)
+    pixels = channel_statistics(site.train.images)
     reply = records.to_config(
         {
             "site-index": site_index,
@@ -52,6 +54,9 @@ def query(msg: Message, context: Context) -> Message:
             "num-train": len(site.train.images),
             "num-val": len(site.val.images),
             "num-test": len(site.test.images),
+            "pixel-count": pixels.count,
+            "pixel-mean": list(pixels.mean),
+            "pixel-var": list(pixels.var),
         }
     )
     return Message(RecordDict({records.SITE: reply}), reply_to=msg)
@@ -77,6 +82,7 @@ def train(msg: Message, context: Context) -> Message:
         lr=config.lr,
         selector_lr=config.selector_lr,
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
+        selector_negatives=config.selector_negatives,
     )
     torch.manual_seed(settings.seed)
     update, metrics = train_fedsm_client(payload, site_index, site.train, _spec(config, info), settings, device)

@@ -14,6 +14,7 @@ from typing import Any
 STRATEGIES = ("fedsm",)
 DATASETS = ("synthetic-fundus",)
 DEVICES = ("auto", "cpu", "cuda")
+SELECTOR_WEIGHTINGS = ("equal", "size")
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -40,6 +41,8 @@ class RunConfig:
     lr: float = 1e-3
     selector_lr: float = 5e-4
     selector_width: int = 32
+    selector_negatives: bool = True
+    selector_weighting: str = "equal"
     softpull_lambda: float = 0.7
     gamma: float = 0.6
     eval_every: int = 1
@@ -52,6 +55,7 @@ class RunConfig:
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
+        _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)
         if self.image_size % 32:
@@ -97,6 +101,8 @@ class RunConfig:
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
     expected = type(default)
+    if expected is bool and not isinstance(value, bool):
+        raise TypeError(f"run-config '{key}' = {value!r} must be true or false; {WHERE}")
     if isinstance(value, bool) and expected is not bool:
         raise TypeError(f"run-config '{key}' = {value!r} is a boolean, expected {expected.__name__}; {WHERE}")
     if expected is float and isinstance(value, int):

@@ -15,6 +15,7 @@ from fedsm_core.algorithms.fedsm import FedSM
 from fedsm_core.bundle import BundleInfo, save_bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
+from fedsm_core.data.statistics import pool_channel_statistics
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.reporting import write_summary
@@ -36,8 +37,11 @@ def main(grid: Grid, context: Context) -> None:
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
     spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
     torch.manual_seed(config.seed)
-    fedsm = FedSM(info.site_names, get_weights(spec.build_segmentation()), get_weights(spec.build_selector()),
-                  config.softpull_lambda)
+    selector = spec.build_selector()
+    pixels = pool_channel_statistics([node.pixels for node in nodes])
+    selector.set_input_statistics(pixels.mean, pixels.std)
+    fedsm = FedSM(info.site_names, get_weights(spec.build_segmentation()), get_weights(selector),
+                  config.softpull_lambda, config.selector_weighting)
     reporter = ProgressReporter(folder, config.num_server_rounds)
     strategy = FedSMStrategy(fedsm, nodes, config.gamma, config.eval_every, config.num_server_rounds, reporter)
     strategy.start(

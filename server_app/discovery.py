@@ -11,6 +11,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from client_app import records
+from fedsm_core.data.statistics import ChannelStatistics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +24,7 @@ class SiteNode:
     num_train: int
     num_val: int
     num_test: int
+    pixels: ChannelStatistics
 
 
 def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
@@ -65,8 +67,12 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
         index = int(site["site-index"])
         if index in nodes:
             raise RuntimeError(f"nodes {nodes[index].node_id} and {node_id} both report site '{site['site-name']}'")
+        pixels = ChannelStatistics(
+            int(site["pixel-count"]), tuple(site["pixel-mean"]), tuple(site["pixel-var"])  # type: ignore[arg-type]
+        )
         nodes[index] = SiteNode(
-            node_id, index, str(site["site-name"]), int(site["num-train"]), int(site["num-val"]), int(site["num-test"])
+            node_id, index, str(site["site-name"]), int(site["num-train"]), int(site["num-val"]), int(site["num-test"]),
+            pixels,
         )
     missing = [name for index, name in enumerate(site_names) if index not in nodes]
     if missing:

@@ -11,6 +11,9 @@ from fedsm_core.algorithms.aggregation import Weights, check_same_layout, weight
 from fedsm_core.algorithms.softpull import check_lam, soft_pull
 
 
+SELECTOR_WEIGHTINGS = ("equal", "size")
+
+
 @dataclasses.dataclass
 class FedSMPayload:
     """What one client receives for a round of Algorithm 1.
@@ -45,8 +48,9 @@ class FedSM:
 
     After each round (Algorithm 1):
 
-    * global model and selector: ``w <- sum_k (n_k / n) w_k`` over the replies;
-    * selector Adam moments: averaged the same way, so every client starts the
+    * global model: ``w <- sum_k (n_k / n) w_k`` over the replies;
+    * selector and its Adam moments: averaged (equally by default, see
+      ``selector_weighting``), so every client starts the
       next round from one shared optimizer state (a client only ever sees its
       own label, and without shared moments each pulls the selector its way);
     * personalized models: SoftPull with coefficient ``lam`` over all K sites,
@@ -63,11 +67,24 @@ class FedSM:
         Initial selector weights.
     lam : float
         SoftPull coefficient, ``1/K <= lam <= 1``.
+    selector_weighting : {"equal", "size"}
+        How the selector and its moments are averaged: every site alike
+        (default), or by ``n_k / n`` like the global model. The selector's
+        classes are the sites, so size weighting teaches it the large sites'
+        prior; equal weighting treats every site as equally likely.
     """
 
     def __init__(
-        self, site_names: Sequence[str], global_weights: Weights, selector_weights: Weights, lam: float
+        self,
+        site_names: Sequence[str],
+        global_weights: Weights,
+        selector_weights: Weights,
+        lam: float,
+        selector_weighting: str = "equal",
     ) -> None:
+        if selector_weighting not in SELECTOR_WEIGHTINGS:
+            raise ValueError(f"selector-weighting = '{selector_weighting}' is not one of {list(SELECTOR_WEIGHTINGS)}")
+        self.selector_weighting = selector_weighting
         if len(set(site_names)) != len(site_names) or not site_names:
             raise ValueError(f"FedSM needs distinct, non-empty site names, got {list(site_names)}")
         check_lam(lam, len(site_names))
@@ -97,10 +114,11 @@ class FedSM:
         sizes = [update.num_examples for update in replies]
         # Everything is computed before anything is assigned, so a failure leaves the state intact.
         global_weights = weighted_average([u.global_weights for u in replies], sizes)
-        selector_weights = weighted_average([u.selector_weights for u in replies], sizes)
+        selector_sizes = sizes if self.selector_weighting == "size" else [1.0] * len(replies)
+        selector_weights = weighted_average([u.selector_weights for u in replies], selector_sizes)
         selector_optimizer = self.selector_optimizer
         if all(u.selector_optimizer for u in replies):
-            selector_optimizer = weighted_average([u.selector_optimizer for u in replies], sizes)
+            selector_optimizer = weighted_average([u.selector_optimizer for u in replies], selector_sizes)
         personalized = {**self.personalized, **{site: u.personal_weights for site, u in updates.items()}}
         self.personalized = soft_pull(personalized, self.lam)
         self.global_weights, self.selector_weights = global_weights, selector_weights

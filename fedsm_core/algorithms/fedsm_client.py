@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from fedsm_core.algorithms.fedsm import FedSMPayload, FedSMUpdate
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
@@ -28,15 +29,29 @@ class TrainSettings:
     lr: float
     selector_lr: float
     seed: int
+    selector_negatives: bool = True
 
 
-def site_label_target(site_index: int):
-    """Selector target of Algorithm 1: every image of site ``k`` has label ``k``."""
+def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
+    """Selector inputs and targets for a batch of site ``k``.
 
-    def target(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-        return torch.full((len(images),), site_index, dtype=torch.long, device=images.device)
+    Algorithm 1's target is ``one_hot(k)`` for every image. With ``negatives``,
+    each image is also shown with a random acquisition style
+    (:func:`fedsm_core.data.style.randomize_style`) and the target "any other
+    site", ``(1 - one_hot(k)) / (K - 1)``. A site's local loss then cannot be
+    minimised by calling every image its own, which is what collapses a
+    selector trained on one label per client; it has to recognise its own
+    acquisition style.
+    """
 
-    return target
+    def batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        own = F.one_hot(torch.full((len(images),), site_index, device=images.device), num_sites).to(images.dtype)
+        if not negatives or num_sites < 2:
+            return images, own
+        others = (1.0 - own) / (num_sites - 1)
+        return torch.cat([images, randomize_style(images, generator)]), torch.cat([own, others])
+
+    return batch
 
 
 def train_fedsm_client(
@@ -51,8 +66,9 @@ def train_fedsm_client(
 
     For every minibatch: one Adam step on the global copy (soft Dice loss), one on
     personalized model ``k`` (soft Dice loss) and one on the selector with target
-    ``one_hot(k)`` (cross-entropy). The selector's Adam starts from the moments
-    the server averaged and returns its new moments.
+    ``one_hot(k)`` (cross-entropy; see :func:`site_batch` for the optional
+    site-contrast negatives). The selector's Adam starts from the moments the
+    server averaged and returns its new moments.
 
     Returns
     -------
@@ -65,13 +81,17 @@ def train_fedsm_client(
     personal_model = _loaded(spec.build_segmentation(), payload.personal_weights, "personalized model", device)
     selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
     selector_optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    generator = torch.Generator().manual_seed(settings.seed)
+    style_generator = torch.Generator().manual_seed(settings.seed + 1)
     load_adam_state(selector, selector_optimizer, payload.selector_optimizer)
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss),
         Learner("personal", personal_model, torch.optim.Adam(personal_model.parameters(), lr=settings.lr), soft_dice_loss),
-        Learner("selector", selector, selector_optimizer, F.cross_entropy, site_label_target(site_index)),
+        Learner(
+            "selector", selector, selector_optimizer, F.cross_entropy,
+            site_batch(site_index, spec.num_sites, settings.selector_negatives, style_generator),
+        ),
     ]
-    generator = torch.Generator().manual_seed(settings.seed)
     metrics = train_local(
         learners,
         lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),

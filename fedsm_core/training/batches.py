@@ -20,7 +20,9 @@ def iterate_batches(
     """Yield ``(images, masks)`` float tensors of at most ``batch_size`` items.
 
     Augmentation flips image and mask together (horizontal and vertical flips,
-    each with probability 1/2), so the pair stays aligned.
+    each with probability 1/2), so the pair stays aligned. When shuffling (for
+    training), a last batch of a single image joins the batch before it: batch
+    normalization cannot train on one image, and no image is left out.
 
     Parameters
     ----------
@@ -40,8 +42,12 @@ def iterate_batches(
     order = torch.randperm(count, generator=generator) if shuffle else torch.arange(count)
     images_all = torch.from_numpy(np.ascontiguousarray(data.images))
     masks_all = torch.from_numpy(np.ascontiguousarray(data.masks))
-    for start in range(0, count, batch_size):
-        index = order[start : start + batch_size]
+    starts = list(range(0, count, batch_size))
+    if shuffle and len(starts) > 1 and count - starts[-1] == 1:
+        starts.pop()
+    ends = [*starts[1:], count]
+    for start, end in zip(starts, ends, strict=True):
+        index = order[start:end]
         images, masks = images_all[index], masks_all[index]
         if augment:
             images, masks = _flip_pairs(images, masks, generator)

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-TargetFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+BatchFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class TrainingHook:
@@ -37,9 +37,9 @@ class TrainingHook:
         """Called after ``optimizer.step``."""
 
 
-def use_masks(images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """Target of a segmentation learner: the masks of the batch."""
-    return masks
+def segmentation_batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of a segmentation learner: the images and their masks."""
+    return images, masks
 
 
 @dataclasses.dataclass
@@ -53,8 +53,9 @@ class Learner:
     model, optimizer : torch.nn.Module, torch.optim.Optimizer
     loss_fn : callable
         ``loss_fn(outputs, targets) -> scalar``.
-    target_fn : callable
-        ``target_fn(images, masks) -> targets`` (a selector learner returns site labels).
+    batch_fn : callable
+        ``batch_fn(images, masks) -> (inputs, targets)``; a selector learner
+        returns site labels as targets (and may add inputs).
     hooks : sequence of TrainingHook
     """
 
@@ -62,14 +63,15 @@ class Learner:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: LossFn
-    target_fn: TargetFn = use_masks
+    batch_fn: BatchFn = segmentation_batch
     hooks: Sequence[TrainingHook] = ()
 
     def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
         """One optimizer step on one minibatch; returns the data loss."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(images), self.target_fn(images, masks))
+        inputs, targets = self.batch_fn(images, masks)
+        loss = self.loss_fn(self.model(inputs), targets)
         total = loss
         for hook in self.hooks:
             extra = hook.extra_loss(self.model)

@@ -12,10 +12,10 @@ from fedsm_core.algorithms.softpull import soft_pull
 SITES = ("a", "b", "c")
 
 
-def _server(lam: float = 0.5) -> FedSM:
+def _server(lam: float = 0.5, selector_weighting: str = "size") -> FedSM:
     global_weights = {"w": np.array([0.0, 0.0]), "count": np.array(0, dtype=np.int64)}
     selector_weights = {"fc": np.array([0.0])}
-    return FedSM(SITES, global_weights, selector_weights, lam)
+    return FedSM(SITES, global_weights, selector_weights, lam, selector_weighting)
 
 
 def _update(glob, personal, selector, optimizer, n, count=1) -> FedSMUpdate:
@@ -247,3 +247,23 @@ def test_a_reply_with_a_foreign_layout_is_rejected_and_leaves_the_state_intact()
         server.aggregate({"a": foreign, "b": foreign})
     assert server.global_weights["w"].shape == (2,)
     assert server.personalized["a"]["w"].shape == (2,)
+
+
+def test_equal_selector_weighting_averages_selector_and_moments_per_site():
+    # Prepare
+    server = _server(selector_weighting="equal")
+
+    # Execute
+    server.aggregate(_round_updates())
+
+    # Assert
+    # global still by size: 0.25 * [4, 0] + 0.75 * [0, 4] = [1, 3]
+    np.testing.assert_array_equal(server.global_weights["w"], [1.0, 3.0])
+    # selector per site: 0.5 * 2 + 0.5 * 6 = 4;  exp_avg = 0.5 * 1 + 0.5 * 5 = 3
+    np.testing.assert_array_equal(server.selector_weights["fc"], [4.0])
+    np.testing.assert_array_equal(server.selector_optimizer["fc/exp_avg"], [3.0])
+
+
+def test_unknown_selector_weighting_is_rejected():
+    with pytest.raises(ValueError, match="selector-weighting = 'median'"):
+        FedSM(["a"], {"w": np.zeros(1)}, {"fc": np.zeros(1)}, 1.0, "median")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.training.local_update import Learner, TrainingHook, train_local, use_masks
+from fedsm_core.training.local_update import Learner, TrainingHook, train_local, segmentation_batch
 
 
 class Scale(nn.Module):
@@ -158,13 +158,13 @@ def test_after_backward_can_edit_gradients():
     assert learner.model.w.item() == 0.25
 
 
-def test_learner_step_uses_target_fn_and_train_mode():
+def test_learner_step_uses_batch_fn_and_train_mode():
     # Prepare
-    # target_fn returns 3 x, so with w = 1 and x = 2 the loss is (2 - 6)^2 = 16
+    # batch_fn keeps x and returns the target 3 x, so with w = 1 and x = 2 the loss is (2 - 6)^2 = 16
     model = Scale(1.0)
     model.eval()
     learner = Learner(
-        "sel", model, torch.optim.SGD(model.parameters(), lr=0.0), squared_error, target_fn=lambda images, masks: 3 * images
+        "sel", model, torch.optim.SGD(model.parameters(), lr=0.0), squared_error, batch_fn=lambda images, masks: (images, 3 * images)
     )
 
     # Execute
@@ -173,8 +173,8 @@ def test_learner_step_uses_target_fn_and_train_mode():
     # Assert
     assert loss == 16.0
     assert model.training
-    masks = torch.ones(2)
-    assert use_masks(torch.zeros(2), masks) is masks
+    images, masks = torch.zeros(2), torch.ones(2)
+    assert segmentation_batch(images, masks) == (images, masks)
 
 
 def test_no_learners_raises():

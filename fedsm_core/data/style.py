@@ -1,0 +1,70 @@
+"""Random acquisition-style changes, for the selector's site-contrast negatives."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# Smallest and largest log-factor of a style change: factors lie in
+# [e^-0.43, e^-0.08] or [e^0.08, e^0.43] (about 0.65-0.92 or 1.08-1.54), so a
+# changed image never passes for an unchanged one.
+MIN_LOG_CHANGE = 0.08
+MAX_LOG_CHANGE = 0.43
+BINOMIAL_KERNEL = (1.0, 4.0, 6.0, 4.0, 1.0)
+
+
+def _factor(shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+    magnitude = MIN_LOG_CHANGE + (MAX_LOG_CHANGE - MIN_LOG_CHANGE) * torch.rand(shape, generator=generator)
+    sign = torch.where(torch.rand(shape, generator=generator) < 0.5, -1.0, 1.0)
+    return torch.exp(sign * magnitude)
+
+
+def _blur(images: torch.Tensor) -> torch.Tensor:
+    channels = images.shape[1]
+    kernel = torch.tensor(BINOMIAL_KERNEL, dtype=images.dtype, device=images.device)
+    kernel = kernel / kernel.sum()
+    row = kernel.view(1, 1, 1, -1).repeat(channels, 1, 1, 1)
+    column = kernel.view(1, 1, -1, 1).repeat(channels, 1, 1, 1)
+    blurred = F.conv2d(F.pad(images, (2, 2, 0, 0), mode="reflect"), row, groups=channels)
+    return F.conv2d(F.pad(blurred, (0, 0, 2, 2), mode="reflect"), column, groups=channels)
+
+
+def randomize_style(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Give each image a different random acquisition style; content is unchanged.
+
+    Per image: gamma ``x^g``, contrast ``c`` and brightness ``b`` around the image
+    mean ``m`` (``(x - m) c + m b``), per-channel colour gains, a 5x5 binomial blur
+    with probability 1/2, and Gaussian noise with standard deviation up to 0.04.
+    Every factor is at least ``e^0.08`` away from 1, so the result always looks
+    acquired differently.
+
+    Parameters
+    ----------
+    images : torch.Tensor
+        ``[B, C, H, W]`` with values in ``[0, 1]``.
+    generator : torch.Generator, optional
+        Randomness source (CPU), for reproducible runs.
+
+    Returns
+    -------
+    torch.Tensor
+        Restyled images of the same shape, clipped to ``[0, 1]``.
+    """
+    if images.ndim != 4:
+        raise ValueError(f"randomize_style: images must be [B, C, H, W], got shape {tuple(images.shape)}")
+    batch, channels = images.shape[:2]
+    device = images.device
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        return _factor(shape, generator).to(device)
+
+    styled = images.clamp(1e-4, 1.0) ** draw((batch, 1, 1, 1))
+    mean = styled.mean(dim=(1, 2, 3), keepdim=True)
+    styled = (styled - mean) * draw((batch, 1, 1, 1)) + mean * draw((batch, 1, 1, 1))
+    styled = styled * draw((batch, channels, 1, 1))
+    blur = (torch.rand(batch, generator=generator) < 0.5).to(device)
+    if blur.any():
+        styled[blur] = _blur(styled[blur])
+    noise_level = (0.04 * torch.rand((batch, 1, 1, 1), generator=generator)).to(device)
+    noise = torch.randn(styled.shape, generator=generator).to(device)
+    return (styled + noise * noise_level).clamp(0.0, 1.0)
