@@ -38,7 +38,7 @@ def _load_site(config: RunConfig, info: DatasetInfo, site_index: int) -> SiteSpl
 
 
 def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
-    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
+    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width, norm=config.segmentation_norm)
 
 
 @app.query()

@@ -15,22 +15,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import psutil
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime"):
+            return float(line.split()[1])
+    raise RuntimeError("/proc/stat has no btime line; this tool needs Linux /proc")
+
+
+def _process_start_and_rss(pid: str, boot: float) -> tuple[float, int] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        statm = Path(f"/proc/{pid}/statm").read_text()
+    except OSError:  # the process ended while we looked
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return boot + int(fields[19]) / CLOCK_TICKS, int(statm.split()[1]) * PAGE_SIZE
 
 
 def _new_process_rss(since: float, own_pid: int) -> tuple[int, int]:
-    """Summed RSS (bytes) and count of processes created at or after ``since``."""
+    """Summed RSS (bytes) and count of processes started at or after ``since`` (Linux /proc)."""
+    boot = _boot_time()
     total = count = 0
-    for process in psutil.process_iter(["pid", "create_time", "memory_info"]):
-        info = process.info
-        if info["pid"] == own_pid or info["create_time"] is None or info["memory_info"] is None:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == own_pid:
             continue
-        if info["create_time"] >= since - 0.5:
-            total += info["memory_info"].rss
+        found = _process_start_and_rss(entry, boot)
+        if found is not None and found[0] >= since - 1.0:
+            total += found[1]
             count += 1
     return total, count
 
@@ -41,7 +62,7 @@ def measure(command: list[str], interval: float) -> dict[str, float]:
     child = subprocess.Popen(command)
     peak = peak_count = 0
     while child.poll() is None:
-        rss, count = _new_process_rss(started, psutil.Process().pid)
+        rss, count = _new_process_rss(started, os.getpid())
         if rss > peak:
             peak, peak_count = rss, count
         time.sleep(interval)

@@ -15,6 +15,7 @@ STRATEGIES = ("fedsm",)
 DATASETS = ("synthetic-fundus",)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
+NORMS = ("group", "batch")
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -27,7 +28,7 @@ class RunConfig:
     documents each one.
     """
 
-    num_server_rounds: int = 20
+    num_server_rounds: int = 30
     strategy: str = "fedsm"
     dataset: str = "synthetic-fundus"
     image_size: int = 64
@@ -35,16 +36,17 @@ class RunConfig:
     data_seed: int = 0
     seed: int = 0
     encoder: str = "mobilenet_v2"
+    segmentation_norm: str = "group"
     batch_size: int = 8
     local_epochs: int = 1
     max_local_steps: int = 0
-    lr: float = 1e-3
-    selector_lr: float = 5e-4
+    lr: float = 2e-3
+    selector_lr: float = 1e-3
     selector_width: int = 32
     selector_negatives: bool = True
     selector_weighting: str = "equal"
     softpull_lambda: float = 0.7
-    gamma: float = 0.6
+    gamma: float = 0.5
     eval_every: int = 1
     output_dir: str = "runs"
     device: str = "auto"
@@ -55,6 +57,7 @@ class RunConfig:
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
+        _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)

@@ -35,7 +35,7 @@ def main(grid: Grid, context: Context) -> None:
     folder = create_run_folder(config)
     log(INFO, "FedSM run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
-    spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
+    spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width, norm=config.segmentation_norm)
     torch.manual_seed(config.seed)
     selector = spec.build_selector()
     pixels = pool_channel_statistics([node.pixels for node in nodes])

@@ -6,6 +6,27 @@ import segmentation_models_pytorch as smp
 import torch.nn as nn
 
 DEFAULT_DECODER_CHANNELS = (128, 64, 32, 16, 8)
+NORMS = ("group", "batch")
+GROUP_NORM_GROUPS = 8
+
+
+def replace_batch_norm(module: nn.Module, groups: int = GROUP_NORM_GROUPS) -> nn.Module:
+    """Swap every ``BatchNorm2d`` for a ``GroupNorm`` with the same channels, in place.
+
+    Group normalization (Wu & He 2018) has no running statistics, so a model
+    behaves the same in training and evaluation and averaging models never mixes
+    statistics of different sites (Hsieh et al. 2020 show batch normalization
+    failing under non-IID federated data). ``groups`` is reduced to the largest
+    divisor of the channel count not above it.
+    """
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            channels = child.num_features
+            count = max(g for g in range(1, groups + 1) if channels % g == 0)
+            setattr(module, name, nn.GroupNorm(count, channels, affine=child.affine))
+        else:
+            replace_batch_norm(child, groups)
+    return module
 
 
 def build_segmentation_model(
@@ -13,6 +34,7 @@ def build_segmentation_model(
     num_structures: int,
     in_channels: int = 3,
     decoder_channels: tuple[int, ...] = DEFAULT_DECODER_CHANNELS,
+    norm: str = "group",
 ) -> nn.Module:
     """Build a U-Net (Ronneberger et al. 2015) with one output channel per structure.
 
@@ -31,6 +53,10 @@ def build_segmentation_model(
         Input image channels.
     decoder_channels : tuple of int
         Width of each of the five decoder stages.
+    norm : {"group", "batch"}
+        ``"group"`` (default) replaces the encoder's and decoder's batch
+        normalization with group normalization (see :func:`replace_batch_norm`);
+        ``"batch"`` keeps batch normalization (FedBN needs it).
 
     Returns
     -------
@@ -40,8 +66,10 @@ def build_segmentation_model(
     """
     if num_structures < 1:
         raise ValueError(f"num_structures must be >= 1, got {num_structures}")
+    if norm not in NORMS:
+        raise ValueError(f"segmentation-norm = '{norm}' is not one of {list(NORMS)}")
     try:
-        return smp.Unet(
+        model = smp.Unet(
             encoder_name=encoder,
             encoder_weights=None,
             in_channels=in_channels,
@@ -53,3 +81,4 @@ def build_segmentation_model(
             f"encoder = '{encoder}' is not an encoder segmentation-models-pytorch knows ({error}); "
             "set `encoder` in [tool.flwr.app.config] to e.g. 'mobilenet_v2' or 'resnet18'"
         ) from error
+    return replace_batch_norm(model) if norm == "group" else model

@@ -26,6 +26,8 @@ class ModelSpec:
         Base width of the VGG-11-style selector.
     in_channels : int
         Image channels.
+    norm : str
+        Normalization layers of the U-Net: ``"group"`` or ``"batch"``.
     """
 
     encoder: str
@@ -33,10 +35,11 @@ class ModelSpec:
     num_sites: int
     selector_width: int = 32
     in_channels: int = 3
+    norm: str = "group"
 
     def build_segmentation(self) -> nn.Module:
         """A freshly initialised U-Net."""
-        return build_segmentation_model(self.encoder, self.num_structures, self.in_channels)
+        return build_segmentation_model(self.encoder, self.num_structures, self.in_channels, norm=self.norm)
 
     def build_selector(self) -> Selector:
         """A freshly initialised selector with K outputs."""
