@@ -5,6 +5,7 @@ Handlers only decode the message, call ``fedsm_core`` and encode the reply.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -13,13 +14,14 @@ from client_app import records
 from client_app.site import resolve_site_index
 from fedsm_core.algorithms.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, dataset_info
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
-from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 
@@ -62,20 +64,8 @@ def query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({records.SITE: reply}), reply_to=msg)
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    """One round of FedSM's Algorithm 1 on the local training split."""
-    config, info, site_index, device = _setup(context)
-    site = _load_site(config, info, site_index)
-    content = msg.content
-    server_round = int(content[records.CONFIG]["server-round"])
-    payload = FedSMPayload(
-        global_weights=records.from_record(content[records.GLOBAL]),
-        personal_weights=records.from_record(content[records.PERSONAL]),
-        selector_weights=records.from_record(content[records.SELECTOR]),
-        selector_optimizer=records.from_record(content[records.SELECTOR_OPTIMIZER]),
-    )
-    settings = TrainSettings(
+def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
+    return TrainSettings(
         batch_size=config.batch_size,
         local_epochs=config.local_epochs,
         max_local_steps=config.max_local_steps,
@@ -84,9 +74,30 @@ def train(msg: Message, context: Context) -> Message:
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
         selector_negatives=config.selector_negatives,
     )
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """One round of local training for the run's strategy."""
+    config, info, site_index, device = _setup(context)
+    site = _load_site(config, info, site_index)
+    settings = _settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
     torch.manual_seed(settings.seed)
-    update, metrics = train_fedsm_client(payload, site_index, site.train, _spec(config, info), settings, device)
-    reply = RecordDict(
+    trainer = train_fedsm if config.strategy == "fedsm" else train_single_model
+    reply = trainer(msg.content, context, config, _spec(config, info), site, site_index, settings, device)
+    return Message(reply, reply_to=msg)
+
+
+def train_fedsm(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
+    """FedSM's Algorithm 1 on the local training split."""
+    payload = FedSMPayload(
+        global_weights=records.from_record(content[records.GLOBAL]),
+        personal_weights=records.from_record(content[records.PERSONAL]),
+        selector_weights=records.from_record(content[records.SELECTOR]),
+        selector_optimizer=records.from_record(content[records.SELECTOR_OPTIMIZER]),
+    )
+    update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device)
+    return RecordDict(
         {
             records.GLOBAL: records.to_record(update.global_weights),
             records.PERSONAL: records.to_record(update.personal_weights),
@@ -95,12 +106,45 @@ def train(msg: Message, context: Context) -> Message:
             records.METRICS: records.to_metrics({**metrics, "num-examples": update.num_examples}),
         }
     )
-    return Message(reply, reply_to=msg)
+
+
+def train_single_model(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
+    """FedAvg, FedProx or SCAFFOLD local training of the global model.
+
+    SCAFFOLD's client control variate ``c_k`` stays on the node, in the
+    context's state, from one round to the next.
+    """
+    server_control = client_control = None
+    if records.SERVER_CONTROL in content:
+        server_control = records.from_record(content[records.SERVER_CONTROL])
+        stored = context.state.get(records.CLIENT_CONTROL_STATE)
+        client_control = records.from_record(stored) if stored is not None else {
+            key: np.zeros_like(value) for key, value in server_control.items()
+        }
+    options = GlobalClientOptions(
+        proximal_mu=config.proximal_mu if config.strategy == "fedprox" else 0.0,
+        server_control=server_control,
+        client_control=client_control,
+    )
+    update, metrics = train_global_client(
+        records.from_record(content[records.GLOBAL]), site.train, spec, settings, options, device
+    )
+    reply = RecordDict(
+        {
+            records.GLOBAL: records.to_record(update.weights),
+            records.METRICS: records.to_metrics({**metrics, "num-examples": update.num_examples}),
+        }
+    )
+    if update.client_control is not None and client_control is not None:
+        delta = {key: update.client_control[key] - client_control[key] for key in client_control}
+        context.state[records.CLIENT_CONTROL_STATE] = records.to_record(update.client_control)
+        reply[records.CONTROL_DELTA] = records.to_record(delta)
+    return reply
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Dice of global, personalized and super model, and selector accuracy, on one split."""
+    """Dice on one split: of the global model, or of the whole FedSM super model."""
     config, info, site_index, device = _setup(context)
     site = _load_site(config, info, site_index)
     content = msg.content
@@ -110,6 +154,10 @@ def evaluate(msg: Message, context: Context) -> Message:
     spec = _spec(config, info)
     global_model = spec.build_segmentation()
     set_weights(global_model, records.from_record(content[records.GLOBAL]), "global model")
+    data = getattr(site, split)
+    if records.PERSONALIZED not in content:
+        metrics = evaluate_model(global_model, data, config.batch_size * 2, device)
+        return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)
     personalized = []
     for index, weights in enumerate(records.models_from_record(content[records.PERSONALIZED], info.num_sites)):
         model = spec.build_segmentation()
@@ -117,7 +165,6 @@ def evaluate(msg: Message, context: Context) -> Message:
         personalized.append(model)
     selector = spec.build_selector()
     set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
-    gamma = float(content[records.CONFIG]["gamma"])
-    super_model = SuperModel(global_model, personalized, selector, gamma)
-    metrics = evaluate_super_model(super_model, site_index, getattr(site, split), config.batch_size * 2, device)
+    super_model = SuperModel(global_model, personalized, selector, float(content[records.CONFIG]["gamma"]))
+    metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device)
     return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)

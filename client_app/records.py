@@ -18,6 +18,9 @@ SELECTOR_OPTIMIZER = "selector-optimizer"
 CONFIG = "config"
 METRICS = "metrics"
 SITE = "site"
+SERVER_CONTROL = "server-control"
+CONTROL_DELTA = "control-delta"
+CLIENT_CONTROL_STATE = "scaffold-client-control"
 SEPARATOR = "|"
 
 

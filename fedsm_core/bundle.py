@@ -42,6 +42,24 @@ def _tensors(weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return {key: torch.from_numpy(np.array(value, copy=True)) for key, value in weights.items()}
 
 
+def write_atomically(path: str | Path, payload: dict[str, Any]) -> Path:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    A crash or a full disk leaves the previous file intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        torch.save(payload, temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
 def save_bundle(
     path: str | Path,
     info: BundleInfo,
@@ -64,17 +82,7 @@ def save_bundle(
         "personalized": [_tensors(weights) for weights in personalized],
         "selector": _tensors(selector_weights),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        torch.save(payload, temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return path
+    return write_atomically(path, payload)
 
 
 def load_bundle(path: str | Path, device: torch.device | str = "cpu") -> tuple[SuperModel, BundleInfo]:
@@ -123,3 +131,20 @@ def _assemble(info: BundleInfo, payload: dict[str, Any], path: Path) -> SuperMod
     selector = info.spec.build_selector()
     set_weights(selector, numpy(payload["selector"]), f"{path}: selector")
     return SuperModel(global_model, personalized, selector, info.gamma).eval()
+
+
+GLOBAL_MODEL_FORMAT = "fedsm-global-model/1"
+
+
+def save_global_model(path: str | Path, spec: ModelSpec, structures: Sequence[str], image_size: int,
+                      weights: Weights, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write a single model (FedAvg, FedProx, SCAFFOLD, centralized) atomically."""
+    payload = {
+        "format": GLOBAL_MODEL_FORMAT,
+        "spec": spec.to_dict(),
+        "structures": list(structures),
+        "image_size": int(image_size),
+        "extra": dict(extra or {}),
+        "weights": _tensors(weights),
+    }
+    return write_atomically(path, payload)

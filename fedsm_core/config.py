@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-STRATEGIES = ("fedsm",)
+STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold")
 DATASETS = ("synthetic-fundus",)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
@@ -46,6 +46,7 @@ class RunConfig:
     selector_negatives: bool = True
     selector_weighting: str = "equal"
     softpull_lambda: float = 0.7
+    proximal_mu: float = 0.01
     gamma: float = 0.5
     eval_every: int = 1
     output_dir: str = "runs"
@@ -71,6 +72,7 @@ class RunConfig:
         _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
         _check_range("selector-width", self.selector_width, 1, 512)
         _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
+        _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)
         _check_range("gamma", self.gamma, 0.0, 1.0)
         _check_range("eval-every", self.eval_every, 1, 100_000)
         _check_range("torch-threads", self.torch_threads, 0, 1024)

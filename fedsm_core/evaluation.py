@@ -61,3 +61,25 @@ def evaluate_super_model(
         metrics["dice-personal"] = scores["personal"].mean()
         metrics["selector-accuracy"] = correct / count
     return metrics
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: torch.nn.Module,
+    data: SegArrays,
+    batch_size: int = 16,
+    device: torch.device | str = "cpu",
+    name: str = "dice-global",
+) -> dict[str, float]:
+    """Mean per-image Dice of one segmentation model on a split.
+
+    Returns
+    -------
+    dict[str, float]
+        ``{name: mean Dice, "num-images": N}``.
+    """
+    model.eval().to(device)
+    scores = DiceAccumulator()
+    for images, masks in iterate_batches(data, batch_size, shuffle=False):
+        scores.add(dice_per_image(model(images.to(device)), masks.to(device)))
+    return {name: scores.mean(), "num-images": float(len(data.images))}

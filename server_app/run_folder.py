@@ -13,7 +13,6 @@ from fedsm_core.reporting import MetricsLog, pool_site_metrics
 
 METRICS_FILE = "metrics.csv"
 SUMMARY_FILE = "summary.md"
-BUNDLE_FILE = "super_model.pt"
 
 
 def create_run_folder(config: RunConfig) -> Path:

@@ -109,7 +109,7 @@ def test_wrong_type_raises_type_error_naming_the_key(key, value):
         ("softpull-lambda", -0.1, r"softpull-lambda = -0\.1 is outside"),
         ("image-size", 50, "image-size = 50 must be a multiple of 32"),
         ("image-size", 16, "image-size = 16 is outside"),
-        ("strategy", "fedavg", "strategy = 'fedavg' is not one of"),
+        ("strategy", "fedavgm", "strategy = 'fedavgm' is not one of"),
         ("dataset", "prostate", "dataset = 'prostate' is not one of"),
         ("device", "tpu", "device = 'tpu' is not one of"),
         ("gamma", 1.01, "gamma = 1.01 is outside"),

@@ -61,3 +61,19 @@ def test_a_failing_run_exits_non_zero(tmp_path):
     assert result.returncode != 0
     assert "image-size = 48" in result.stdout + result.stderr
     assert _superlinks(tmp_path / "flwr-home") == ""
+
+
+def test_scaffold_runs_through_the_same_app_and_saves_the_global_model(tmp_path):
+    # Execute: two rounds, so the second uses control variates kept on the nodes
+    result = _run(tmp_path, TINY + ' strategy="scaffold"')
+
+    # Assert
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "SCAFFOLD" in result.stdout
+    (folder,) = list((tmp_path / "runs").iterdir())
+    with (folder / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["metric"] for r in rows} == {"dice-global", "num-images"}
+    assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
+    assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
+    assert "missed" not in (folder / "summary.md").read_text()

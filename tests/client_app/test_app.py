@@ -130,3 +130,58 @@ def test_models_record_round_trip_and_missing_model():
         np.testing.assert_array_equal(back["w"], original["w"])
     with pytest.raises(ValueError, match=r"no weights for model\(s\) \[3\]"):
         records.models_from_record(records.models_to_record(models), 4)
+
+
+def _single_model_message(spec: ModelSpec, server_control: dict | None) -> Message:
+    content = {
+        records.GLOBAL: records.to_record(get_weights(spec.build_segmentation())),
+        records.CONFIG: records.to_config({"server-round": 1}),
+    }
+    if server_control is not None:
+        content[records.SERVER_CONTROL] = records.to_record(server_control)
+    return _message(content, MessageType.TRAIN)
+
+
+def test_scaffold_client_keeps_its_control_variate_in_the_node_state():
+    # Prepare
+    spec = _spec()
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
+                      run_config={**TINY, "strategy": "scaffold"})
+    model = spec.build_segmentation()
+    zeros = {name: np.zeros(tuple(p.shape), np.float32) for name, p in model.named_parameters()}
+
+    # Execute
+    first = client.train(_single_model_message(spec, zeros), context)
+    stored = records.from_record(context.state[records.CLIENT_CONTROL_STATE])
+    second = client.train(_single_model_message(spec, zeros), context)
+
+    # Assert: round 1 starts from c_k = 0, so its delta is the new c_k itself;
+    # round 2's delta is measured from the stored c_k.
+    delta = records.from_record(first.content[records.CONTROL_DELTA])
+    for name in zeros:
+        np.testing.assert_array_equal(delta[name], stored[name])
+    second_delta = records.from_record(second.content[records.CONTROL_DELTA])
+    latest = records.from_record(context.state[records.CLIENT_CONTROL_STATE])
+    name = next(iter(zeros))
+    np.testing.assert_allclose(second_delta[name], latest[name] - stored[name], atol=1e-7)
+
+
+def test_fedavg_client_returns_only_the_model_and_evaluates_the_global_model():
+    # Prepare
+    spec = _spec()
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
+                      run_config={**TINY, "strategy": "fedavg"})
+
+    # Execute
+    reply = client.train(_single_model_message(spec, None), context)
+    evaluation = client.evaluate(
+        _message({records.GLOBAL: reply.content[records.GLOBAL],
+                  records.CONFIG: records.to_config({"split": "test"})}, MessageType.EVALUATE),
+        context,
+    )
+
+    # Assert
+    assert set(reply.content.keys()) == {records.GLOBAL, records.METRICS}
+    metrics = evaluation.content[records.METRICS]
+    assert set(metrics.keys()) == {"dice-global", "num-images"}
+    assert 0.0 <= metrics["dice-global"] <= 1.0

@@ -1,0 +1,173 @@
+"""Compare methods on one dataset over several seeds (the paper's Table 3 and Figure 2).
+
+Usage::
+
+    python -m experiments.compare --out results/compare --seeds 0 1 2 \\
+        --methods centralized local fedavg fedprox scaffold fedsm \\
+        --run-config "num-server-rounds=15"
+
+Federated methods run through ``scripts/run-simulation.sh`` (the same Flower
+app and ClientApp as any run); ``centralized`` (pooled sites) and ``local``
+(one model per site, evaluated on every site) run in this process on the same
+core code with as many passes over the data as the federated runs make
+(``num-server-rounds * local-epochs``). Every method is scored on each site's
+test split once, with the settings given; choose them on validation data first.
+
+Writes to ``--out``: ``results.csv`` (long format: method, seed, site or
+``pooled``, metric, value, config), ``table.md`` and ``curves.png`` (best
+validation Dice so far per round, first seed; the centralized run's best
+validation Dice as a horizontal line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import torch
+
+from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
+from fedsm_core.algorithms.fedsm_client import TrainSettings
+from fedsm_core.algorithms.pooled import concat_arrays, train_on_arrays
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import dataset_info
+from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.evaluation import evaluate_model
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.reporting import pool_site_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM"}
+SCORE = {"fedsm": "dice-super"}  # the model each method deploys; others deploy the global model
+METHODS = ("centralized", "local", *FEDERATED)
+POOLED = "pooled"
+
+
+def parse_overrides(text: str) -> dict[str, object]:
+    """``"k=v k2=v2"`` with TOML values (numbers, true/false, quoted strings) into a dict."""
+    values: dict[str, object] = {}
+    for item in text.split():
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--run-config item '{item}' is not key=value")
+        try:
+            values[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            values[key] = raw
+    return values
+
+
+def _format_overrides(values: dict[str, object]) -> str:
+    return " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in values.items())
+
+
+def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
+    """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
+    runs = out / "runs" / f"{method}-seed{seed}"
+    settings = {**overrides, "strategy": method, "seed": seed}
+    env = {**os.environ, "FEDSM_RUNS": str(runs)}
+    command = ["bash", str(ROOT / "scripts" / "run-simulation.sh"), _format_overrides(settings)]
+    print(f"[compare] {method} seed {seed}: {' '.join(command)}", flush=True)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{method} seed {seed} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    folder = max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+    with (folder / "metrics.csv").open(newline="") as handle:
+        metrics = list(csv.DictReader(handle))
+    score = SCORE.get(method, "dice-global")
+    label = FEDERATED[method]
+    rows = [_row(label, seed, r["site"], float(r["value"]), settings)
+            for r in metrics if r["split"] == "test" and r["metric"] == score]
+    curve = [(int(r["round"]), float(r["value"])) for r in metrics
+             if r["split"] == "val" and r["site"] == "pooled" and r["metric"] == score]
+    return rows, curve
+
+
+def _row(method: str, seed: int, site: str, value: float, settings: dict[str, object]) -> dict[str, object]:
+    return {"method": method, "seed": seed, "site": site, "metric": "dice", "value": value,
+            "config": json.dumps(settings, sort_keys=True)}
+
+
+def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> tuple[list[dict], list]:
+    """Centralized and/or Local-k for one seed; returns test rows and the centralized curve."""
+    config = RunConfig.from_mapping({**overrides, "seed": seed})
+    set_cpu_threads(0)
+    info = dataset_info(config.dataset)
+    sites = {name: info.load_site(i, config.image_size, config.data_scale, config.data_seed)
+             for i, name in enumerate(info.site_names)}
+    spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width,
+                     norm=config.segmentation_norm)
+    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed)
+    epochs = config.num_server_rounds * config.local_epochs
+    device = select_device(config.device)
+    validation = {name: s.val for name, s in sites.items()}
+    rows: list[dict] = []
+    curve: list[tuple[int, float]] = []
+    tag = {**overrides, "seed": seed, "epochs": epochs}
+    jobs = (["Centralized"] if "centralized" in methods else []) + (
+        [f"Local-{i + 1}" for i in range(info.num_sites)] if "local" in methods else [])
+    for job in jobs:
+        started = time.monotonic()
+        train = concat_arrays([s.train for s in sites.values()]) if job == "Centralized" else \
+            sites[info.site_names[int(job.split("-")[1]) - 1]].train
+        on_epoch = (lambda e, d: curve.append((e, d))) if job == "Centralized" else None
+        model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch)
+        per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}
+        per_site[POOLED] = pool_site_metrics(per_site)
+        rows += [_row(job, seed, name, m["dice-global"], tag) for name, m in per_site.items()]
+        print(f"[compare] {job} seed {seed}: pooled test Dice {per_site[POOLED]['dice-global']:.4f} "
+              f"({time.monotonic() - started:.0f} s)", flush=True)
+    return rows, curve
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=15 lr=0.002"')
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "compare")
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(args.run_config)
+    RunConfig.from_mapping(overrides)  # fail before any training on a bad key or value
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    rows: list[dict] = []
+    curves: dict[str, list] = {}
+    centralized_best: list[float] = []
+    for seed in args.seeds:
+        pooled_rows, curve = run_pooled(args.methods, seed, overrides)
+        rows += pooled_rows
+        if curve:
+            centralized_best.append(max(value for _, value in curve))
+        for method in [m for m in args.methods if m in FEDERATED]:
+            method_rows, method_curve = run_federated(method, seed, overrides, args.out)
+            rows += method_rows
+            if seed == args.seeds[0]:
+                curves[FEDERATED[method]] = method_curve
+        write_long_csv(args.out / "results.csv", rows)
+    sites = list(dataset_info(RunConfig.from_mapping(overrides).dataset).site_names)
+    table = comparison_table(rows, sites)
+    wall = time.monotonic() - started
+    (args.out / "table.md").write_text(
+        f"Test Dice (mean ± std over seeds {args.seeds}); settings: `{args.run_config}`; wall time {wall:.0f} s\n\n"
+        + "\n".join(table) + "\n")
+    reference = None
+    if centralized_best:
+        reference = ("Centralized (best validation)", sum(centralized_best) / len(centralized_best))
+    plot_curves(args.out / "curves.png", curves, reference)
+    print("\n".join(table))
+    print(f"[compare] wrote {args.out} in {wall:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

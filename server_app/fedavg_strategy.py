@@ -1,0 +1,124 @@
+"""FedAvg, FedProx and SCAFFOLD over the same site strategy.
+
+FedProx differs from FedAvg only on the client (the proximal term, with ``mu``
+from the run config); SCAFFOLD adds the server control variate to each message
+and updates it from the clients' control-variate deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+
+from client_app import records
+from fedsm_core.algorithms.aggregation import Weights, weighted_average
+from fedsm_core.algorithms.scaffold import update_server_control
+from server_app.discovery import SiteNode
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+
+
+class FedAvgStrategy(SiteStrategy):
+    """FedAvg (McMahan et al. 2017): ``w <- sum_k (n_k / n) w_k`` over the replies.
+
+    Parameters
+    ----------
+    global_weights : dict
+        Initial model weights.
+    name : str
+        Shown in logs: ``FedAvg`` or ``FedProx``.
+    """
+
+    def __init__(
+        self,
+        global_weights: Weights,
+        nodes: Sequence[SiteNode],
+        eval_every: int,
+        num_rounds: int,
+        on_evaluate: EvaluationSink,
+        name: str = "FedAvg",
+    ) -> None:
+        super().__init__(nodes, eval_every, num_rounds, on_evaluate)
+        self.global_weights = global_weights
+        self.name = name
+
+    def train_content(self, server_round: int) -> RecordDict:
+        """What every site receives for a round."""
+        return RecordDict(
+            {
+                records.GLOBAL: records.to_record(self.global_weights),
+                records.CONFIG: records.to_config({"server-round": server_round}),
+            }
+        )
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """The same global model to every site."""
+        content = self.train_content(server_round)
+        return self.messages({node.node_id: content for node in self.nodes}, MessageType.TRAIN)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Weighted average of the valid replies."""
+        accepted: list[tuple[str, Message, Weights]] = []
+        for reply in replies:
+            site = self.site_of(reply)
+            decoded = self.decode_weights(server_round, site, reply, self.expected_records())
+            if decoded is not None:
+                accepted.append((site, reply, decoded[records.GLOBAL]))
+        self.note_absent(server_round, [site for site, _, _ in accepted])
+        if not accepted:
+            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        sizes = [int(reply.content[records.METRICS]["num-examples"]) for _, reply, _ in accepted]
+        self.global_weights = weighted_average([weights for _, _, weights in accepted], sizes)
+        self.after_aggregation([reply for _, reply, _ in accepted])
+        log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
+        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _ in accepted])
+
+    def expected_records(self) -> dict[str, Weights]:
+        """Array records a reply must hold, with the layout they must have."""
+        return {records.GLOBAL: self.global_weights}
+
+    def after_aggregation(self, replies: Sequence[Message]) -> None:
+        """Hook for strategies that keep more server state than the model."""
+
+    def evaluation_content(self, split: str) -> RecordDict:
+        """The global model."""
+        return RecordDict(
+            {
+                records.GLOBAL: records.to_record(self.global_weights),
+                records.CONFIG: records.to_config({"split": split}),
+            }
+        )
+
+
+class ScaffoldStrategy(FedAvgStrategy):
+    """SCAFFOLD (Karimireddy et al. 2020): FedAvg plus a server control variate ``c``.
+
+    Each message also carries ``c``; each reply carries ``c_k+ - c_k`` and
+    ``c <- c + (1 / N) sum_k (c_k+ - c_k)``.
+    """
+
+    def __init__(self, server_control: Weights, *args, **kwargs) -> None:
+        super().__init__(*args, name="SCAFFOLD", **kwargs)
+        self.server_control = server_control
+
+    def train_content(self, server_round: int) -> RecordDict:
+        """The global model and the server control variate."""
+        content = super().train_content(server_round)
+        content[records.SERVER_CONTROL] = records.to_record(self.server_control)
+        return content
+
+    def expected_records(self) -> dict[str, Weights]:
+        """The model and the control-variate delta."""
+        return {**super().expected_records(), records.CONTROL_DELTA: self.server_control}
+
+    def after_aggregation(self, replies: Sequence[Message]) -> None:
+        """Move ``c`` by the mean control-variate delta over all N sites."""
+        deltas = [records.from_record(reply.content[records.CONTROL_DELTA]) for reply in replies]
+        self.server_control = update_server_control(self.server_control, deltas, len(self.nodes))

@@ -1,0 +1,117 @@
+"""FedSM as a Flower strategy: per-site messages, FedSM aggregation, super-model evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+
+from client_app import records
+from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
+from server_app.discovery import SiteNode
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+
+
+class FedSMStrategy(SiteStrategy):
+    """Drives FedSM (Xu et al. 2022) over a Flower grid.
+
+    Each node gets the global model, *its own* personalized model, the selector
+    and the selector's averaged Adam moments; replies are folded in by
+    :class:`fedsm_core.algorithms.fedsm.FedSM` (weighted averaging + SoftPull).
+    A site whose reply is missing or rejected keeps its personalized model.
+    Evaluation messages carry the whole super model, which Algorithm 2 needs.
+
+    Parameters
+    ----------
+    fedsm : FedSM
+        The server state.
+    gamma : float
+        Selector confidence threshold used in evaluation.
+    """
+
+    name = "FedSM"
+
+    def __init__(
+        self,
+        fedsm: FedSM,
+        nodes: Sequence[SiteNode],
+        gamma: float,
+        eval_every: int,
+        num_rounds: int,
+        on_evaluate: EvaluationSink,
+    ) -> None:
+        super().__init__(nodes, eval_every, num_rounds, on_evaluate)
+        self.fedsm = fedsm
+        self.gamma = gamma
+
+    def summary(self) -> None:
+        """Log the configuration."""
+        super().summary()
+        log(INFO, "FedSM: SoftPull lambda=%.3f, gamma=%.3f, selector averaged %s",
+            self.fedsm.lam, self.gamma, self.fedsm.selector_weighting)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One message per site with the global, its personalized model and the selector."""
+        shared = {
+            records.GLOBAL: records.to_record(self.fedsm.global_weights),
+            records.SELECTOR: records.to_record(self.fedsm.selector_weights),
+            records.SELECTOR_OPTIMIZER: records.to_record(self.fedsm.selector_optimizer),
+            records.CONFIG: records.to_config({"server-round": server_round}),
+        }
+        contents = {
+            node.node_id: RecordDict(
+                {**shared, records.PERSONAL: records.to_record(self.fedsm.personalized[node.site_name])}
+            )
+            for node in self.nodes
+        }
+        return self.messages(contents, MessageType.TRAIN)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """FedSM aggregation of the valid replies; invalid or missing sites are logged."""
+        expected = {
+            records.GLOBAL: self.fedsm.global_weights,
+            records.PERSONAL: self.fedsm.global_weights,
+            records.SELECTOR: self.fedsm.selector_weights,
+        }
+        updates: dict[str, FedSMUpdate] = {}
+        accepted: list[Message] = []
+        for reply in replies:
+            site = self.site_of(reply)
+            decoded = self.decode_weights(server_round, site, reply, expected)
+            if decoded is None:
+                continue
+            updates[site] = FedSMUpdate(
+                global_weights=decoded[records.GLOBAL],
+                personal_weights=decoded[records.PERSONAL],
+                selector_weights=decoded[records.SELECTOR],
+                selector_optimizer=records.from_record(reply.content[records.SELECTOR_OPTIMIZER]),
+                num_examples=int(reply.content[records.METRICS]["num-examples"]),
+            )
+            accepted.append(reply)
+        self.note_absent(server_round, updates)
+        if not updates:
+            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        self.fedsm.aggregate(updates)
+        metrics = self.mean_metrics(accepted)
+        log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))
+        return records.to_record(self.fedsm.global_weights), metrics
+
+    def evaluation_content(self, split: str) -> RecordDict:
+        """The whole super model: global, every personalized model, selector and gamma."""
+        return RecordDict(
+            {
+                records.GLOBAL: records.to_record(self.fedsm.global_weights),
+                records.PERSONALIZED: records.models_to_record(
+                    [self.fedsm.personalized[node.site_name] for node in self.nodes]
+                ),
+                records.SELECTOR: records.to_record(self.fedsm.selector_weights),
+                records.CONFIG: records.to_config({"split": split, "gamma": self.gamma}),
+            }
+        )

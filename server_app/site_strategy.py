@@ -1,0 +1,141 @@
+"""What every strategy of this app shares: sites, reply checks, evaluation rounds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from client_app import records
+from fedsm_core.algorithms.aggregation import Weights, check_same_layout
+from fedsm_core.reporting import pool_site_metrics
+from server_app.discovery import SiteNode
+
+EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
+
+
+class SiteStrategy(Strategy):
+    """Base of the strategies: one node per site, validated replies, federated evaluation.
+
+    Subclasses build the per-site training messages and fold the replies in;
+    this class checks replies (client errors, missing keys, wrong shapes,
+    NaN/Inf values are rejected and logged, never averaged), keeps the log of
+    which site missed which round, and runs evaluation every ``eval_every``
+    rounds on the validation split.
+
+    Parameters
+    ----------
+    nodes : sequence of SiteNode
+        Node of each site, from :func:`server_app.discovery.discover_sites`.
+    eval_every : int
+        Evaluate on validation data every this many rounds (and in the last one).
+    num_rounds : int
+        Total rounds, so the last one is always evaluated.
+    on_evaluate : callable
+        Receives ``(round, split, per-site metrics)`` after each evaluation.
+    """
+
+    name = "base"
+
+    def __init__(self, nodes: Sequence[SiteNode], eval_every: int, num_rounds: int, on_evaluate: EvaluationSink) -> None:
+        self.nodes = list(nodes)
+        self.site_of_node = {node.node_id: node.site_name for node in nodes}
+        self.eval_every = eval_every
+        self.num_rounds = num_rounds
+        self.on_evaluate = on_evaluate
+        self.missed: list[tuple[int, str, str]] = []
+
+    def summary(self) -> None:
+        """Log the configuration."""
+        log(INFO, "%s: %d sites %s, evaluation every %d round(s)", self.name, len(self.nodes),
+            [n.site_name for n in self.nodes], self.eval_every)
+
+    def site_of(self, reply: Message) -> str:
+        """The site name of the node that sent ``reply``."""
+        return self.site_of_node.get(reply.metadata.src_node_id, f"node {reply.metadata.src_node_id}")
+
+    def reject(self, server_round: int, site: str, reason: str) -> None:
+        """Log a rejected reply and remember that the site missed the round."""
+        log(WARNING, "round %d: reply of %s rejected (%s)", server_round, site, reason)
+        self.missed.append((server_round, site, reason))
+
+    def decode_weights(
+        self, server_round: int, site: str, reply: Message, expected: dict[str, Weights]
+    ) -> dict[str, Weights] | None:
+        """Decode the ArrayRecords named in ``expected`` and check them; ``None`` if rejected."""
+        if reply.has_error():
+            self.reject(server_round, site, f"client error: {reply.error.reason}")
+            return None
+        try:
+            decoded = {key: records.from_record(reply.content[key]) for key in expected}
+            for key, reference in expected.items():
+                check_same_layout(reference, decoded[key], f"'{key}' from {site}")
+        except (KeyError, ValueError) as error:
+            self.reject(server_round, site, f"malformed reply: {error}")
+            return None
+        for key, weights in decoded.items():
+            bad = [name for name, value in weights.items() if not np.all(np.isfinite(value))]
+            if bad:
+                self.reject(server_round, site, f"non-finite values in '{key}': {bad[:3]}")
+                return None
+        return decoded
+
+    def note_absent(self, server_round: int, replied: Iterable[str]) -> None:
+        """Record sites that sent no reply at all this round."""
+        answered = set(replied) | {site for r, site, _ in self.missed if r == server_round}
+        for node in self.nodes:
+            if node.site_name not in answered:
+                self.missed.append((server_round, node.site_name, "no reply"))
+
+    def messages(self, contents: dict[int, RecordDict], message_type: str) -> list[Message]:
+        """One message per node id."""
+        return [Message(content, message_type=message_type, dst_node_id=node) for node, content in contents.items()]
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Validation-split evaluation every ``eval_every`` rounds and in the last round."""
+        if server_round % self.eval_every and server_round != self.num_rounds:
+            return []
+        return self.evaluation_messages("val")
+
+    def evaluation_messages(self, split: str) -> list[Message]:
+        """Messages that evaluate the current models on ``split`` at every site."""
+        content = self.evaluation_content(split)
+        return self.messages({node.node_id: content for node in self.nodes}, MessageType.EVALUATE)
+
+    def evaluation_content(self, split: str) -> RecordDict:
+        """The records an evaluation message carries; subclasses define it."""
+        raise NotImplementedError
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Collect per-site validation metrics; return the pooled ones."""
+        return self.collect_evaluation(server_round, "val", replies)
+
+    def collect_evaluation(self, server_round: int, split: str, replies: Iterable[Message]) -> MetricRecord | None:
+        """Per-site metrics of an evaluation round, passed to ``on_evaluate``; pooled values returned."""
+        per_site: dict[str, dict[str, float]] = {}
+        for reply in replies:
+            site = self.site_of(reply)
+            if reply.has_error():
+                log(WARNING, "round %d: %s evaluation of %s failed: %s", server_round, split, site, reply.error.reason)
+                continue
+            per_site[site] = {k: float(v) for k, v in reply.content[records.METRICS].items()}
+        if not per_site:
+            return None
+        ordered = {node.site_name: per_site[node.site_name] for node in self.nodes if node.site_name in per_site}
+        self.on_evaluate(server_round, split, ordered)
+        return records.to_metrics(pool_site_metrics(ordered))
+
+    def mean_metrics(self, replies: Sequence[Message]) -> MetricRecord:
+        """Mean of the clients' training metrics (losses, steps)."""
+        values: dict[str, list[float]] = {}
+        for reply in replies:
+            for key, value in reply.content[records.METRICS].items():
+                values.setdefault(key, []).append(float(value))
+        return records.to_metrics({key: float(np.mean(v)) for key, v in values.items()})

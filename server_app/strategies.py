@@ -1,0 +1,96 @@
+"""Build the strategy named by ``strategy`` in the run config, and what it saves at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from fedsm_core.algorithms.fedsm import FedSM
+from fedsm_core.algorithms.scaffold import zero_controls
+from fedsm_core.bundle import BundleInfo, save_bundle, save_global_model
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import DatasetInfo
+from fedsm_core.data.statistics import pool_channel_statistics
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights
+from server_app.discovery import SiteNode
+from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
+from server_app.fedsm_strategy import FedSMStrategy
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+
+BUNDLE_FILE = "super_model.pt"
+GLOBAL_MODEL_FILE = "global_model.pt"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything a strategy builder needs."""
+
+    config: RunConfig
+    info: DatasetInfo
+    spec: ModelSpec
+    nodes: Sequence[SiteNode]
+    on_evaluate: EvaluationSink
+
+
+Saver = Callable[[Path], Path]
+
+
+def _initial_model(setup: Setup) -> torch.nn.Module:
+    torch.manual_seed(setup.config.seed)
+    return setup.spec.build_segmentation()
+
+
+def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    config, info = setup.config, setup.info
+    model = _initial_model(setup)
+    selector = setup.spec.build_selector()
+    pixels = pool_channel_statistics([node.pixels for node in setup.nodes])
+    selector.set_input_statistics(pixels.mean, pixels.std)
+    fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
+                  config.selector_weighting)
+    strategy = FedSMStrategy(fedsm, setup.nodes, config.gamma, config.eval_every, config.num_server_rounds,
+                             setup.on_evaluate)
+
+    def save(folder: Path) -> Path:
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda}
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, config.gamma, config.image_size, extra)
+        personalized = [fedsm.personalized[name] for name in info.site_names]
+        return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized, fedsm.selector_weights)
+
+    return strategy, save
+
+
+def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    config = setup.config
+    model = _initial_model(setup)
+    common = (get_weights(model), setup.nodes, config.eval_every, config.num_server_rounds, setup.on_evaluate)
+    if config.strategy == "scaffold":
+        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common)
+    else:
+        strategy = FedAvgStrategy(*common, name="FedProx" if config.strategy == "fedprox" else "FedAvg")
+
+    def save(folder: Path) -> Path:
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy}
+        return save_global_model(folder / GLOBAL_MODEL_FILE, setup.spec, setup.info.structures, config.image_size,
+                                 strategy.global_weights, extra)
+
+    return strategy, save
+
+
+BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
+    "fedsm": _build_fedsm,
+    "fedavg": _build_single_model,
+    "fedprox": _build_single_model,
+    "scaffold": _build_single_model,
+}
+
+
+def build_strategy(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """The strategy for ``setup.config.strategy`` and a function that saves its final model."""
+    if setup.config.strategy not in BUILDERS:
+        raise ValueError(f"strategy = '{setup.config.strategy}' has no server builder; known: {sorted(BUILDERS)}")
+    return BUILDERS[setup.config.strategy](setup)
