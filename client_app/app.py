@@ -166,5 +166,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     selector = spec.build_selector()
     set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
     super_model = SuperModel(global_model, personalized, selector, float(content[records.CONFIG]["gamma"]))
-    metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device)
+    gammas = [float(g) for g in content[records.CONFIG].get("gamma-sweep", [])]
+    metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device, gammas)
     return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)

@@ -56,9 +56,11 @@ def models_from_record(record: ArrayRecord, count: int) -> list[dict[str, np.nda
     return models
 
 
-def to_metrics(values: Mapping[str, float]) -> MetricRecord:
-    """Metrics as floats in a MetricRecord."""
-    return MetricRecord({key: float(value) for key, value in values.items()})
+def to_metrics(values: Mapping[str, float | list[float]]) -> MetricRecord:
+    """Metrics as floats (or lists of floats) in a MetricRecord."""
+    return MetricRecord(
+        {key: [float(v) for v in value] if isinstance(value, list) else float(value) for key, value in values.items()}
+    )
 
 
 def to_config(values: Mapping[str, int | float | str | bool]) -> ConfigRecord:

@@ -16,6 +16,7 @@ DATASETS = ("synthetic-fundus",)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 NORMS = ("group", "batch")
+GAMMA_SELECTIONS = ("validation", "fixed")
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -48,6 +49,7 @@ class RunConfig:
     softpull_lambda: float = 0.7
     proximal_mu: float = 0.01
     gamma: float = 0.5
+    gamma_selection: str = "validation"
     eval_every: int = 1
     output_dir: str = "runs"
     device: str = "auto"
@@ -59,6 +61,7 @@ class RunConfig:
         _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
+        _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)

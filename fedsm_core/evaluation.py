@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel
+from fedsm_core.algorithms.super_model import SuperModel, routed_scores
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import DiceAccumulator, dice_per_image
 from fedsm_core.training.batches import iterate_batches
@@ -17,7 +19,8 @@ def evaluate_super_model(
     data: SegArrays,
     batch_size: int = 16,
     device: torch.device | str = "cpu",
-) -> dict[str, float]:
+    gammas: Sequence[float] = (),
+) -> dict[str, float | list[float]]:
     """Dice of the global, the site's personalized and the super model, and selector accuracy.
 
     Parameters
@@ -29,38 +32,55 @@ def evaluate_super_model(
         federation: personalized Dice and selector accuracy are then omitted.
     data : SegArrays
         The split to evaluate.
+    gammas : sequence of float
+        Optional sweep: the super model's Dice at each of these thresholds is
+        returned as the list ``dice-super-sweep`` (same order).
 
     Returns
     -------
-    dict[str, float]
-        ``dice-global``, ``dice-super``, ``share-global`` (fraction of images the
-        selector sent to the global model), ``num-images``; for a training site
-        also ``dice-personal`` and ``selector-accuracy`` (argmax equals the
-        site, regardless of gamma).
+    dict
+        ``dice-global``, ``dice-super`` (at the model's gamma), ``share-global``
+        (fraction of images the selector sent to the global model), ``num-images``;
+        for a training site also ``dice-personal`` and ``selector-accuracy``
+        (argmax equals the site, regardless of gamma).
     """
-    super_model.eval().to(device)
-    scores = {name: DiceAccumulator() for name in ("global", "personal", "super")}
-    correct = routed_global = 0
-    for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        images, masks = images.to(device), masks.to(device)
-        logits, routes, probs = super_model.forward_with_routes(images)
-        scores["super"].add(dice_per_image(logits, masks))
-        scores["global"].add(dice_per_image(super_model.global_model(images), masks))
-        routed_global += int((routes == GLOBAL_ROUTE).sum())
-        if site_index is not None:
-            scores["personal"].add(dice_per_image(super_model.personalized[site_index](images), masks))
-            correct += int((probs.argmax(dim=1) == site_index).sum())
-    count = len(data.images)
-    metrics = {
-        "dice-global": scores["global"].mean(),
-        "dice-super": scores["super"].mean(),
-        "share-global": routed_global / count,
-        "num-images": float(count),
+    scores = _per_image_scores(super_model.eval().to(device), site_index, data, batch_size, device)
+    gamma = super_model.gamma
+    metrics: dict[str, float | list[float]] = {
+        "dice-global": float(scores["global"].mean()),
+        "dice-super": float(routed_scores(scores["confidence"], scores["routed"], scores["global"], gamma).mean()),
+        "share-global": float((scores["confidence"] <= gamma).double().mean()),
+        "num-images": float(len(data.images)),
     }
     if site_index is not None:
-        metrics["dice-personal"] = scores["personal"].mean()
-        metrics["selector-accuracy"] = correct / count
+        metrics["dice-personal"] = float(scores["personal"].mean())
+        metrics["selector-accuracy"] = float((scores["site"] == site_index).double().mean())
+    if gammas:
+        metrics["dice-super-sweep"] = [
+            float(routed_scores(scores["confidence"], scores["routed"], scores["global"], g).mean()) for g in gammas
+        ]
     return metrics
+
+
+def _per_image_scores(
+    super_model: SuperModel, site_index: int | None, data: SegArrays, batch_size: int, device: torch.device | str
+) -> dict[str, torch.Tensor]:
+    """Selector confidence and argmax, and Dice of the global, argmax-routed and own model, per image."""
+    parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("confidence", "site", "global", "routed", "personal")}
+    for images, masks in iterate_batches(data, batch_size, shuffle=False):
+        images, masks = images.to(device), masks.to(device)
+        confidence, site = torch.softmax(super_model.selector(images), dim=1).max(dim=1)
+        routed = torch.zeros(len(images), dtype=torch.float64, device=images.device)
+        for index in site.unique().tolist():
+            chosen = site == index
+            routed[chosen] = dice_per_image(super_model.personalized[index](images[chosen]), masks[chosen])
+        parts["confidence"].append(confidence)
+        parts["site"].append(site)
+        parts["global"].append(dice_per_image(super_model.global_model(images), masks))
+        parts["routed"].append(routed)
+        if site_index is not None:
+            parts["personal"].append(dice_per_image(super_model.personalized[site_index](images), masks))
+    return {key: torch.cat(values).cpu() for key, values in parts.items() if values}
 
 
 @torch.no_grad()

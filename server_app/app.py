@@ -40,11 +40,12 @@ def main(grid: Grid, context: Context) -> None:
         num_rounds=config.num_server_rounds,
         timeout=config.round_timeout,
     )
+    validation_notes = strategy.finish_validation()
     test_replies = grid.send_and_receive(strategy.evaluation_messages("test"), timeout=config.round_timeout)
     strategy.collect_evaluation(config.num_server_rounds, "test", test_replies)
     saved = save_model(folder)
     wall = time.monotonic() - started
-    notes = [f"wall time {wall:.1f} s", f"model: {saved.name}"]
+    notes = [f"wall time {wall:.1f} s", f"model: {saved.name}", *validation_notes]
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)
         notes.append(f"round {server_round}: {site} missed ({why})")

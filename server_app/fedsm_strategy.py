@@ -11,6 +11,7 @@ from flwr.serverapp import Grid
 
 from client_app import records
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from server_app.discovery import SiteNode
 from server_app.site_strategy import EvaluationSink, SiteStrategy
 
@@ -30,6 +31,10 @@ class FedSMStrategy(SiteStrategy):
         The server state.
     gamma : float
         Selector confidence threshold used in evaluation.
+    choose_gamma_on_validation : bool
+        After the last round, replace ``gamma`` by the value of
+        :data:`~fedsm_core.algorithms.gamma.GAMMA_GRID` with the best pooled
+        validation Dice of the super model.
     """
 
     name = "FedSM"
@@ -42,10 +47,13 @@ class FedSMStrategy(SiteStrategy):
         eval_every: int,
         num_rounds: int,
         on_evaluate: EvaluationSink,
+        choose_gamma_on_validation: bool = False,
     ) -> None:
         super().__init__(nodes, eval_every, num_rounds, on_evaluate)
         self.fedsm = fedsm
         self.gamma = gamma
+        self.choose_gamma_on_validation = choose_gamma_on_validation
+        self.last_counts: dict[str, float] = {}
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -112,6 +120,35 @@ class FedSMStrategy(SiteStrategy):
                     [self.fedsm.personalized[node.site_name] for node in self.nodes]
                 ),
                 records.SELECTOR: records.to_record(self.fedsm.selector_weights),
-                records.CONFIG: records.to_config({"split": split, "gamma": self.gamma}),
+                records.CONFIG: records.to_config(
+                    {"split": split, "gamma": self.gamma, "gamma-sweep": list(GAMMA_GRID) if split == "val" else []}
+                ),
             }
         )
+
+    def finish_validation(self) -> list[str]:
+        """Choose gamma on the last validation round's sweep (if asked to); notes for the summary."""
+        sweeps = {
+            site: (lists["dice-super-sweep"], self.last_counts.get(site, 0.0))
+            for site, lists in self.latest_lists.get("val", {}).items()
+            if "dice-super-sweep" in lists
+        }
+        if not sweeps:
+            return []
+        pooled = pool_sweeps(sweeps, GAMMA_GRID)
+        curve = ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, pooled, strict=True))
+        notes = [f"pooled validation Dice of the super model by gamma: {curve}"]
+        if self.choose_gamma_on_validation:
+            self.gamma = choose_gamma(pooled, GAMMA_GRID)
+            notes.append(f"gamma chosen on validation: {self.gamma:.2f}")
+            log(INFO, "gamma chosen on validation data: %.2f", self.gamma)
+        return notes
+
+    def collect_evaluation(self, server_round: int, split: str, replies: Iterable[Message]) -> MetricRecord | None:
+        """As the base class; also remembers each site's image count for pooling the sweep."""
+        replies = list(replies)
+        result = super().collect_evaluation(server_round, split, replies)
+        for reply in replies:
+            if not reply.has_error():
+                self.last_counts[self.site_of(reply)] = float(reply.content[records.METRICS]["num-images"])
+        return result

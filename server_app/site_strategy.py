@@ -49,6 +49,7 @@ class SiteStrategy(Strategy):
         self.num_rounds = num_rounds
         self.on_evaluate = on_evaluate
         self.missed: list[tuple[int, str, str]] = []
+        self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -120,17 +121,28 @@ class SiteStrategy(Strategy):
     def collect_evaluation(self, server_round: int, split: str, replies: Iterable[Message]) -> MetricRecord | None:
         """Per-site metrics of an evaluation round, passed to ``on_evaluate``; pooled values returned."""
         per_site: dict[str, dict[str, float]] = {}
+        lists: dict[str, dict[str, list[float]]] = {}
         for reply in replies:
             site = self.site_of(reply)
             if reply.has_error():
                 log(WARNING, "round %d: %s evaluation of %s failed: %s", server_round, split, site, reply.error.reason)
                 continue
-            per_site[site] = {k: float(v) for k, v in reply.content[records.METRICS].items()}
+            metrics = reply.content[records.METRICS]
+            per_site[site] = {k: float(v) for k, v in metrics.items() if not isinstance(v, list)}
+            lists[site] = {k: [float(x) for x in v] for k, v in metrics.items() if isinstance(v, list)}
+        self.latest_lists[split] = lists
         if not per_site:
             return None
         ordered = {node.site_name: per_site[node.site_name] for node in self.nodes if node.site_name in per_site}
         self.on_evaluate(server_round, split, ordered)
         return records.to_metrics(pool_site_metrics(ordered))
+
+    def finish_validation(self) -> list[str]:
+        """Called after the last round, before the test evaluation; returns notes for the summary.
+
+        Strategies that choose settings on validation data (FedSM's gamma) do it here.
+        """
+        return []
 
     def mean_metrics(self, replies: Sequence[Message]) -> MetricRecord:
         """Mean of the clients' training metrics (losses, steps)."""

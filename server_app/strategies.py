@@ -53,11 +53,11 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
                   config.selector_weighting)
     strategy = FedSMStrategy(fedsm, setup.nodes, config.gamma, config.eval_every, config.num_server_rounds,
-                             setup.on_evaluate)
+                             setup.on_evaluate, choose_gamma_on_validation=config.gamma_selection == "validation")
 
     def save(folder: Path) -> Path:
         extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda}
-        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, config.gamma, config.image_size, extra)
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, strategy.gamma, config.image_size, extra)
         personalized = [fedsm.personalized[name] for name in info.site_names]
         return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized, fedsm.selector_weights)
 

@@ -48,7 +48,9 @@ def test_two_round_simulation_writes_metrics_summary_and_a_loadable_super_model(
     assert all(0.0 <= float(r["value"]) <= 1.0 for r in rows if r["metric"].startswith("dice"))
     summary = (folder / "summary.md").read_text()
     assert "| pooled |" in summary and "dice-super" in summary
+    assert "gamma chosen on validation" in summary
     super_model, info = load_bundle(folder / "super_model.pt")
+    assert f"gamma chosen on validation: {info.gamma:.2f}" in summary
     assert info.site_names == tuple(f"site-{i}" for i in range(1, 7))
     assert super_model(torch.rand(2, 3, 32, 32)).shape == (2, 2, 32, 32)
     assert _superlinks(tmp_path / "flwr-home") == ""

@@ -37,6 +37,17 @@ def route(selector_probs: torch.Tensor, gamma: float) -> torch.Tensor:
     return torch.where(confidence > gamma, site, torch.full_like(site, GLOBAL_ROUTE))
 
 
+def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Per-image score of the super model from the scores of the two candidate models.
+
+    Algorithm 2 sends an image to personalized model ``argmax(y_s)`` when
+    ``max(y_s) > gamma`` and to the global model otherwise, so its score is
+    ``personalized`` where ``confidence > gamma`` and ``global_`` elsewhere. This
+    lets one pass over the data score every gamma of a sweep.
+    """
+    return torch.where(confidence > gamma, personalized, global_)
+
+
 class SuperModel(nn.Module):
     """The FedSM super model: a global model, K personalized models and a selector.
 

@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 
 # Smallest and largest log-factor of a style change: factors lie in
-# [e^-0.43, e^-0.08] or [e^0.08, e^0.43] (about 0.65-0.92 or 1.08-1.54), so a
-# changed image never passes for an unchanged one.
-MIN_LOG_CHANGE = 0.08
-MAX_LOG_CHANGE = 0.43
+# [e^-0.25, e^-0.05] or [e^0.05, e^0.25] (about 0.78-0.95 or 1.05-1.28): far
+# enough from 1 that a changed image never passes for an unchanged one, close
+# enough that the negatives resemble other real sites rather than extremes.
+MIN_LOG_CHANGE = 0.05
+MAX_LOG_CHANGE = 0.25
 BINOMIAL_KERNEL = (1.0, 4.0, 6.0, 4.0, 1.0)
 
 
@@ -35,7 +36,7 @@ def randomize_style(images: torch.Tensor, generator: torch.Generator | None = No
     Per image: gamma ``x^g``, contrast ``c`` and brightness ``b`` around the image
     mean ``m`` (``(x - m) c + m b``), per-channel colour gains, a 5x5 binomial blur
     with probability 1/2, and Gaussian noise with standard deviation up to 0.04.
-    Every factor is at least ``e^0.08`` away from 1, so the result always looks
+    Every factor is at least ``e^0.05`` away from 1, so the result always looks
     acquired differently.
 
     Parameters

@@ -87,7 +87,7 @@ def test_evaluate_reports_dice_and_selector_accuracy_in_range():
             records.GLOBAL: records.to_record(segmentation),
             records.PERSONALIZED: records.models_to_record([segmentation] * spec.num_sites),
             records.SELECTOR: records.to_record(get_weights(spec.build_selector())),
-            records.CONFIG: records.to_config({"split": "val", "gamma": 0.5}),
+            records.CONFIG: records.to_config({"split": "val", "gamma": 0.5, "gamma-sweep": [0.0, 0.5, 1.0]}),
         },
         MessageType.EVALUATE,
     )
@@ -100,6 +100,10 @@ def test_evaluate_reports_dice_and_selector_accuracy_in_range():
         assert 0.0 <= metrics[key] <= 1.0
     # Identical global and personalized weights: routing cannot change the prediction.
     assert metrics["dice-super"] == pytest.approx(metrics["dice-global"])
+    # gamma = 1 sends every image to the global model; the sweep entry at 0.5 is dice-super.
+    sweep = metrics["dice-super-sweep"]
+    assert len(sweep) == 3 and sweep[2] == pytest.approx(metrics["dice-global"])
+    assert sweep[1] == pytest.approx(metrics["dice-super"])
 
 
 def test_site_is_taken_from_site_name_before_partition_id():

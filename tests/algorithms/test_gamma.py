@@ -1,0 +1,34 @@
+"""Gamma chosen on validation: pooling of per-site sweeps and the argmax."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+
+
+def test_pooled_sweep_weights_sites_by_images_and_picks_the_best_gamma():
+    # Prepare: site a (1 image) is best at gamma 0, site b (3 images) at gamma 0.5
+    gammas = [0.0, 0.5, 1.0]
+    sweeps = {"a": ([0.9, 0.5, 0.1], 1.0), "b": ([0.2, 0.6, 0.4], 3.0)}
+
+    # Execute
+    pooled = pool_sweeps(sweeps, gammas)
+
+    # Assert
+    # gamma 0: (0.9 + 3 * 0.2) / 4 = 0.375;  0.5: (0.5 + 1.8) / 4 = 0.575;  1.0: (0.1 + 1.2) / 4 = 0.325
+    assert pooled == pytest.approx([0.375, 0.575, 0.325])
+    assert choose_gamma(pooled, gammas) == 0.5
+
+
+def test_ties_go_to_the_smallest_gamma():
+    assert choose_gamma([0.7, 0.8, 0.8], [0.1, 0.2, 0.3]) == 0.2
+
+
+def test_grid_spans_zero_to_one():
+    assert GAMMA_GRID[0] == 0.0 and GAMMA_GRID[-1] == 1.0 and len(GAMMA_GRID) == 21
+
+
+def test_mismatched_sweep_is_rejected():
+    with pytest.raises(ValueError, match="a reported 2 sweep values for 3 gammas"):
+        pool_sweeps({"a": ([0.1, 0.2], 1.0)}, [0.0, 0.5, 1.0])
