@@ -59,7 +59,8 @@ class MetricsLog:
 def format_table(
     per_site: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = SUMMARY_METRICS
 ) -> list[str]:
-    """Markdown rows: one per site plus ``pooled``, one column per metric."""
+    """Markdown rows: one per site plus ``pooled``, one column per metric any site reported."""
+    metrics = [name for name in metrics if any(name in values for values in per_site.values())]
     pooled = pool_site_metrics(per_site)
     lines = ["| site | images | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
     for site, values in [*per_site.items(), (POOLED, pooled)]:
