@@ -5,6 +5,8 @@ Handlers only decode the message, call ``fedsm_core`` and encode the reply.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from flwr.app import Context, Message, RecordDict
@@ -13,6 +15,7 @@ from flwr.clientapp import ClientApp
 from client_app import records
 from client_app.site import resolve_site_index
 from fedsm_core.algorithms.fedsm import FedSMPayload
+from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.super_model import SuperModel
@@ -83,7 +86,13 @@ def train(msg: Message, context: Context) -> Message:
     site = _load_site(config, info, site_index)
     settings = _settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
     torch.manual_seed(settings.seed)
-    trainer = train_fedsm if config.strategy == "fedsm" else train_single_model
+    phase = str(msg.content[records.CONFIG].get("phase", ""))
+    if phase == "selector":
+        trainer = train_extra_selector
+    elif config.strategy in ("fedsm", "fedsm-extra"):
+        trainer = train_fedsm
+    else:
+        trainer = train_single_model
     reply = trainer(msg.content, context, config, _spec(config, info), site, site_index, settings, device)
     return Message(reply, reply_to=msg)
 
@@ -96,6 +105,8 @@ def train_fedsm(content, context, config, spec, site, site_index, settings, devi
         selector_weights=records.from_record(content[records.SELECTOR]),
         selector_optimizer=records.from_record(content[records.SELECTOR_OPTIMIZER]),
     )
+    if config.strategy == "fedsm-extra":  # its selector is trained only in the extra rounds
+        settings = dataclasses.replace(settings, train_selector=False)
     update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device)
     return RecordDict(
         {
@@ -104,6 +115,24 @@ def train_fedsm(content, context, config, spec, site, site_index, settings, devi
             records.SELECTOR: records.to_record(update.selector_weights),
             records.SELECTOR_OPTIMIZER: records.to_record(update.selector_optimizer),
             records.METRICS: records.to_metrics({**metrics, "num-examples": update.num_examples}),
+        }
+    )
+
+
+def train_extra_selector(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
+    """FedSM-extra's extra round: train the K + 1-output selector toward each image's best model."""
+    weights, moments, metrics = train_extra_selector_client(
+        records.from_record(content[records.GLOBAL]),
+        records.models_from_record(content[records.PERSONALIZED], spec.num_sites),
+        records.from_record(content[records.SELECTOR]),
+        records.from_record(content[records.SELECTOR_OPTIMIZER]),
+        site.train, spec, settings, device,
+    )
+    return RecordDict(
+        {
+            records.SELECTOR: records.to_record(weights),
+            records.SELECTOR_OPTIMIZER: records.to_record(moments),
+            records.METRICS: records.to_metrics({**metrics, "num-examples": len(site.train.images)}),
         }
     )
 
@@ -163,9 +192,11 @@ def evaluate(msg: Message, context: Context) -> Message:
         model = spec.build_segmentation()
         set_weights(model, weights, f"personalized model {index}")
         personalized.append(model)
-    selector = spec.build_selector()
+    includes_global = bool(content[records.CONFIG].get("selector-includes-global", False))
+    selector = (extra_spec(spec) if includes_global else spec).build_selector()
     set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
-    super_model = SuperModel(global_model, personalized, selector, float(content[records.CONFIG]["gamma"]))
+    super_model = SuperModel(global_model, personalized, selector, float(content[records.CONFIG]["gamma"]),
+                             includes_global)
     gammas = [float(g) for g in content[records.CONFIG].get("gamma-sweep", [])]
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device, gammas)
     return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)

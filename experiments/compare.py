@@ -3,7 +3,7 @@
 Usage::
 
     python -m experiments.compare --out results/compare --seeds 0 1 2 \\
-        --methods centralized local fedavg fedprox scaffold fedsm \\
+        --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \\
         --run-config "num-server-rounds=15"
 
 Federated methods run through ``scripts/run-simulation.sh`` (the same Flower
@@ -44,8 +44,9 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.reporting import pool_site_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM"}
-SCORE = {"fedsm": "dice-super"}  # the model each method deploys; others deploy the global model
+FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM",
+             "fedsm-extra": "FedSM-extra"}
+SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super"}  # the model each method deploys; others deploy the global model
 METHODS = ("centralized", "local", *FEDERATED)
 POOLED = "pooled"
 

@@ -24,6 +24,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 
 BUNDLE_FORMAT = "fedsm-super-model/1"
+SELECTOR_INCLUDES_GLOBAL = "selector-includes-global"  # key in BundleInfo.extra (FedSM-extra)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +129,11 @@ def _assemble(info: BundleInfo, payload: dict[str, Any], path: Path) -> SuperMod
         model = info.spec.build_segmentation()
         set_weights(model, numpy(state), f"{path}: personalized model of {site}")
         personalized.append(model)
-    selector = info.spec.build_selector()
+    includes_global = bool(info.extra.get(SELECTOR_INCLUDES_GLOBAL, False))
+    selector_spec = dataclasses.replace(info.spec, num_sites=info.spec.num_sites + int(includes_global))
+    selector = selector_spec.build_selector()
     set_weights(selector, numpy(payload["selector"]), f"{path}: selector")
-    return SuperModel(global_model, personalized, selector, info.gamma).eval()
+    return SuperModel(global_model, personalized, selector, info.gamma, includes_global).eval()
 
 
 GLOBAL_MODEL_FORMAT = "fedsm-global-model/1"

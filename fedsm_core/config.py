@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold")
+STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra")
 DATASETS = ("synthetic-fundus",)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
@@ -48,6 +48,7 @@ class RunConfig:
     selector_weighting: str = "equal"
     softpull_lambda: float = 0.7
     proximal_mu: float = 0.01
+    extra_rounds: int = 10
     gamma: float = 0.5
     gamma_selection: str = "validation"
     eval_every: int = 1
@@ -76,6 +77,7 @@ class RunConfig:
         _check_range("selector-width", self.selector_width, 1, 512)
         _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
         _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)
+        _check_range("extra-rounds", self.extra_rounds, 1, 100_000)
         _check_range("gamma", self.gamma, 0.0, 1.0)
         _check_range("eval-every", self.eval_every, 1, 100_000)
         _check_range("torch-threads", self.torch_threads, 0, 1024)

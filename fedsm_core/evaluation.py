@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fedsm_core.algorithms.super_model import SuperModel, routed_scores
+from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel, routed_scores
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import DiceAccumulator, dice_per_image
 from fedsm_core.training.batches import iterate_batches
@@ -45,17 +45,16 @@ def evaluate_super_model(
         (argmax equals the site, regardless of gamma).
     """
     scores = _per_image_scores(super_model.eval().to(device), site_index, data, batch_size, device)
-    gamma = super_model.gamma
     metrics: dict[str, float | list[float]] = {
         "dice-global": float(scores["global"].mean()),
-        "dice-super": float(routed_scores(scores["confidence"], scores["routed"], scores["global"], gamma).mean()),
-        "share-global": float((scores["confidence"] <= gamma).double().mean()),
+        "dice-super": float(scores["super"].mean()),
+        "share-global": float((scores["super-route"] == GLOBAL_ROUTE).double().mean()),
         "num-images": float(len(data.images)),
     }
     if site_index is not None:
         metrics["dice-personal"] = float(scores["personal"].mean())
         metrics["selector-accuracy"] = float((scores["site"] == site_index).double().mean())
-    if gammas:
+    if gammas and not super_model.selector_includes_global:
         metrics["dice-super-sweep"] = [
             float(routed_scores(scores["confidence"], scores["routed"], scores["global"], g).mean()) for g in gammas
         ]
@@ -66,18 +65,26 @@ def _per_image_scores(
     super_model: SuperModel, site_index: int | None, data: SegArrays, batch_size: int, device: torch.device | str
 ) -> dict[str, torch.Tensor]:
     """Selector confidence and argmax, and Dice of the global, argmax-routed and own model, per image."""
-    parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("confidence", "site", "global", "routed", "personal")}
+    keys = ("confidence", "site", "global", "routed", "personal", "super", "super-route")
+    parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
         images, masks = images.to(device), masks.to(device)
-        confidence, site = torch.softmax(super_model.selector(images), dim=1).max(dim=1)
-        routed = torch.zeros(len(images), dtype=torch.float64, device=images.device)
+        probs = torch.softmax(super_model.selector(images), dim=1)
+        routes = super_model.routes(probs)
+        global_dice = dice_per_image(super_model.global_model(images), masks)
+        # The most likely site's model, whatever gamma: the candidate of Algorithm 2.
+        site = routes if super_model.selector_includes_global else probs.argmax(dim=1)
+        routed = global_dice.clone()
         for index in site.unique().tolist():
             chosen = site == index
-            routed[chosen] = dice_per_image(super_model.personalized[index](images[chosen]), masks[chosen])
-        parts["confidence"].append(confidence)
+            if index != GLOBAL_ROUTE:
+                routed[chosen] = dice_per_image(super_model.personalized[index](images[chosen]), masks[chosen])
+        parts["confidence"].append(probs.max(dim=1).values)
         parts["site"].append(site)
-        parts["global"].append(dice_per_image(super_model.global_model(images), masks))
+        parts["global"].append(global_dice)
         parts["routed"].append(routed)
+        parts["super"].append(torch.where(routes == GLOBAL_ROUTE, global_dice, routed))
+        parts["super-route"].append(routes)
         if site_index is not None:
             parts["personal"].append(dice_per_image(super_model.personalized[site_index](images), masks))
     return {key: torch.cat(values).cpu() for key, values in parts.items() if values}

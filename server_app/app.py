@@ -34,15 +34,16 @@ def main(grid: Grid, context: Context) -> None:
                      norm=config.segmentation_norm)
     reporter = ProgressReporter(folder, config.num_server_rounds)
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
+    reporter.num_rounds = strategy.num_rounds
     strategy.start(
         grid=grid,
         initial_arrays=records.to_record({}),
-        num_rounds=config.num_server_rounds,
+        num_rounds=strategy.num_rounds,
         timeout=config.round_timeout,
     )
     validation_notes = strategy.finish_validation()
     test_replies = grid.send_and_receive(strategy.evaluation_messages("test"), timeout=config.round_timeout)
-    strategy.collect_evaluation(config.num_server_rounds, "test", test_replies)
+    strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)
     saved = save_model(folder)
     wall = time.monotonic() - started
     notes = [f"wall time {wall:.1f} s", f"model: {saved.name}", *validation_notes]
@@ -51,9 +52,9 @@ def main(grid: Grid, context: Context) -> None:
         notes.append(f"round {server_round}: {site} missed ({why})")
     write_summary(
         folder / SUMMARY_FILE,
-        f"{strategy.name} on {config.dataset}, {config.num_server_rounds} rounds",
+        f"{strategy.name} on {config.dataset}, {strategy.num_rounds} rounds",
         config.to_mapping(),
-        [(f"Test ({config.num_server_rounds} rounds)", reporter.latest.get("test", {})),
+        [(f"Test ({strategy.num_rounds} rounds)", reporter.latest.get("test", {})),
          ("Validation (last evaluated round)", reporter.latest.get("val", {}))],
         notes,
     )

@@ -10,7 +10,8 @@ import torch
 
 from fedsm_core.algorithms.fedsm import FedSM
 from fedsm_core.algorithms.scaffold import zero_controls
-from fedsm_core.bundle import BundleInfo, save_bundle, save_global_model
+from fedsm_core.algorithms.fedsm_extra import extra_spec
+from fedsm_core.bundle import SELECTOR_INCLUDES_GLOBAL, BundleInfo, save_bundle, save_global_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import DatasetInfo
 from fedsm_core.data.statistics import pool_channel_statistics
@@ -18,6 +19,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
+from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
 from server_app.site_strategy import EvaluationSink, SiteStrategy
 
@@ -64,6 +66,29 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     return strategy, save
 
 
+def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    config, info = setup.config, setup.info
+    model = _initial_model(setup)
+    pixels = pool_channel_statistics([node.pixels for node in setup.nodes])
+    selector = extra_spec(setup.spec).build_selector()
+    selector.set_input_statistics(pixels.mean, pixels.std)
+    frozen = setup.spec.build_selector()  # FedSM's own selector is not trained here
+    fedsm = FedSM(info.site_names, get_weights(model), get_weights(frozen), config.softpull_lambda)
+    total = config.num_server_rounds + config.extra_rounds
+    strategy = FedSMExtraStrategy(fedsm, get_weights(selector), config.num_server_rounds, setup.nodes,
+                                  config.eval_every, total, setup.on_evaluate)
+
+    def save(folder: Path) -> Path:
+        extra = {"dataset": config.dataset, "rounds": total, "softpull-lambda": config.softpull_lambda,
+                 SELECTOR_INCLUDES_GLOBAL: True}
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, 0.0, config.image_size, extra)
+        personalized = [fedsm.personalized[name] for name in info.site_names]
+        return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized,
+                           strategy.extra_selector)
+
+    return strategy, save
+
+
 def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
     config = setup.config
     model = _initial_model(setup)
@@ -86,6 +111,7 @@ BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
     "fedavg": _build_single_model,
     "fedprox": _build_single_model,
     "scaffold": _build_single_model,
+    "fedsm-extra": _build_fedsm_extra,
 }
 
 

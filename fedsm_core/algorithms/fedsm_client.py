@@ -30,6 +30,7 @@ class TrainSettings:
     selector_lr: float
     seed: int
     selector_negatives: bool = True
+    train_selector: bool = True
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
@@ -87,11 +88,12 @@ def train_fedsm_client(
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss),
         Learner("personal", personal_model, torch.optim.Adam(personal_model.parameters(), lr=settings.lr), soft_dice_loss),
-        Learner(
+    ]
+    if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
+        learners.append(Learner(
             "selector", selector, selector_optimizer, F.cross_entropy,
             site_batch(site_index, spec.num_sites, settings.selector_negatives, style_generator),
-        ),
-    ]
+        ))
     metrics = train_local(
         learners,
         lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),

@@ -12,12 +12,22 @@ so at inference the selector's argmax is used directly and no gamma is needed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
+from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.algorithms.fedsm_client import TrainSettings
+from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss_per_image
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.training.batches import iterate_batches
+from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 
 
 @torch.no_grad()
@@ -53,3 +63,47 @@ def route_extra(selector_logits: torch.Tensor) -> torch.Tensor:
     if selector_logits.ndim != 2 or selector_logits.shape[1] < 2:
         raise ValueError(f"route_extra: logits must be [B, K + 1] with K >= 1, got {tuple(selector_logits.shape)}")
     return selector_logits.argmax(dim=1) - 1
+
+
+def extra_spec(spec: ModelSpec) -> ModelSpec:
+    """The spec of FedSM-extra's selector: ``K + 1`` outputs."""
+    return dataclasses.replace(spec, num_sites=spec.num_sites + 1)
+
+
+def train_extra_selector_client(
+    global_weights: Weights,
+    personalized: Sequence[Weights],
+    selector_weights: Weights,
+    selector_optimizer: Weights,
+    data: SegArrays,
+    spec: ModelSpec,
+    settings: TrainSettings,
+    device: torch.device,
+) -> tuple[Weights, Weights, dict[str, float]]:
+    """One extra round at a site: selector steps toward each image's best model.
+
+    Returns
+    -------
+    (weights, optimizer moments, metrics)
+        The selector after local training, its Adam moments and the mean loss.
+    """
+    candidates = []
+    for index, weights in enumerate([global_weights, *personalized]):
+        model = spec.build_segmentation()
+        set_weights(model, weights, "global model" if index == 0 else f"personalized model {index - 1}")
+        candidates.append(model.to(device))
+    selector = extra_spec(spec).build_selector()
+    set_weights(selector, selector_weights, "FedSM-extra selector")
+    selector.to(device)
+    optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    load_adam_state(selector, optimizer, selector_optimizer)
+    learner = Learner("selector", selector, optimizer, F.cross_entropy, extra_selector_batch(candidates))
+    generator = torch.Generator().manual_seed(settings.seed)
+    metrics = train_local(
+        [learner],
+        lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),
+        settings.local_epochs,
+        settings.max_local_steps,
+        device,
+    )
+    return get_weights(selector), adam_state_to_arrays(selector, optimizer), metrics

@@ -61,12 +61,21 @@ class SuperModel(nn.Module):
         Site classifier with K outputs.
     gamma : float
         Confidence threshold of Algorithm 2.
+    selector_includes_global : bool
+        FedSM-extra: the selector has ``K + 1`` outputs, index 0 being the
+        global model, and its argmax is followed without a threshold.
     """
 
     def __init__(
-        self, global_model: nn.Module, personalized: Sequence[nn.Module], selector: nn.Module, gamma: float
+        self,
+        global_model: nn.Module,
+        personalized: Sequence[nn.Module],
+        selector: nn.Module,
+        gamma: float,
+        selector_includes_global: bool = False,
     ) -> None:
         super().__init__()
+        self.selector_includes_global = selector_includes_global
         self.global_model = global_model
         self.personalized = nn.ModuleList(personalized)
         self.selector = selector
@@ -79,12 +88,13 @@ class SuperModel(nn.Module):
         Each model runs only on the images routed to it.
         """
         probs = torch.softmax(self.selector(images), dim=1)
-        if probs.shape[1] != len(self.personalized):
+        expected = len(self.personalized) + int(self.selector_includes_global)
+        if probs.shape[1] != expected:
             raise ValueError(
-                f"selector has {probs.shape[1]} outputs but the super model holds "
-                f"{len(self.personalized)} personalized models"
+                f"selector has {probs.shape[1]} outputs but the super model expects {expected} "
+                f"({len(self.personalized)} personalized models)"
             )
-        routes = route(probs, self.gamma)
+        routes = self.routes(probs)
         logits: torch.Tensor | None = None
         for index in routes.unique().tolist():
             chosen = routes == index
@@ -95,6 +105,12 @@ class SuperModel(nn.Module):
             logits[chosen] = part
         assert logits is not None  # routes covers every image of a non-empty batch
         return logits, routes, probs
+
+    def routes(self, probs: torch.Tensor) -> torch.Tensor:
+        """Model index per image (-1 = global): Algorithm 2, or FedSM-extra's plain argmax."""
+        if self.selector_includes_global:
+            return probs.argmax(dim=1) - 1
+        return route(probs, self.gamma)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, S, H, W]`` of the routed model for every image."""

@@ -170,8 +170,22 @@ def test_selector_width_must_match_personalized_count():
     model = SuperModel(Tagged(0.0), [Tagged(1.0), Tagged(2.0)], FixedLogits(torch.zeros(1, 3)), 0.5)
 
     # Execute / Assert
-    with pytest.raises(ValueError, match="selector has 3 outputs but the super model holds 2"):
+    with pytest.raises(ValueError, match=r"selector has 3 outputs but the super model expects 2 \(2 personalized"):
         model.forward_with_routes(torch.zeros(1, 1, 2, 2))
+
+
+def test_extra_selector_routes_by_argmax_with_index_zero_global():
+    # Prepare: K = 2 personalized models; the selector has K + 1 = 3 outputs; gamma is ignored
+    logits = torch.tensor([[3.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.0, 3.0, 0.0]])
+    model = SuperModel(Tagged(0.0), [Tagged(1.0), Tagged(2.0)], FixedLogits(logits), 0.99,
+                       selector_includes_global=True)
+
+    # Execute
+    outputs, routes, _ = model.forward_with_routes(torch.zeros(3, 1, 2, 2))
+
+    # Assert
+    assert routes.tolist() == [-1, 1, 0]
+    assert [float(o.flatten()[0]) for o in outputs] == [0.0, 2.0, 1.0]
 
 
 def test_forward_with_routes_does_not_track_gradients():

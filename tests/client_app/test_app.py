@@ -11,6 +11,7 @@ from client_app import records
 from client_app.site import resolve_site_index
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
+from fedsm_core.models.selector import Selector
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 
@@ -189,3 +190,39 @@ def test_fedavg_client_returns_only_the_model_and_evaluates_the_global_model():
     metrics = evaluation.content[records.METRICS]
     assert set(metrics.keys()) == {"dice-global", "num-images"}
     assert 0.0 <= metrics["dice-global"] <= 1.0
+
+
+def test_fedsm_extra_selector_round_and_evaluation_follow_the_k_plus_one_selector():
+    # Prepare
+    spec = _spec()
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
+                      run_config={**TINY, "strategy": "fedsm-extra"})
+    segmentation = get_weights(spec.build_segmentation())
+    selector = get_weights(Selector(spec.num_sites + 1, spec.selector_width))
+    models = {
+        records.GLOBAL: records.to_record(segmentation),
+        records.PERSONALIZED: records.models_to_record([segmentation] * spec.num_sites),
+    }
+
+    # Execute
+    trained = client.train(
+        _message({**models, records.SELECTOR: records.to_record(selector),
+                  records.SELECTOR_OPTIMIZER: records.to_record({}),
+                  records.CONFIG: records.to_config({"server-round": 3, "phase": "selector"})}, MessageType.TRAIN),
+        context,
+    )
+    evaluation = client.evaluate(
+        _message({**models, records.SELECTOR: trained.content[records.SELECTOR],
+                  records.CONFIG: records.to_config({"split": "val", "gamma": 0.0, "selector-includes-global": True})},
+                 MessageType.EVALUATE),
+        context,
+    )
+
+    # Assert
+    new_selector = records.from_record(trained.content[records.SELECTOR])
+    assert new_selector["classifier.weight"].shape[0] == spec.num_sites + 1
+    assert any(not np.array_equal(new_selector[k], selector[k]) for k in selector)
+    metrics = evaluation.content[records.METRICS]
+    # every candidate is the same model, so whichever is chosen scores the same
+    assert metrics["dice-super"] == pytest.approx(metrics["dice-global"])
+    assert "dice-super-sweep" not in metrics

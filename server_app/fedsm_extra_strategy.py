@@ -1,0 +1,115 @@
+"""FedSM-extra (Xu et al. 2022, Sec. 3.1.2) as a Flower strategy.
+
+Rounds ``1..R`` train the global and personalized models as FedSM does, without
+its selector; rounds ``R+1..R+E`` send every site the global and all
+personalized models and train a selector with ``K + 1`` outputs toward each
+image's lowest-loss model. Evaluation follows that selector's argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+
+from client_app import records
+from fedsm_core.algorithms.aggregation import Weights, weighted_average
+from fedsm_core.algorithms.fedsm import FedSM
+from server_app.discovery import SiteNode
+from server_app.fedsm_strategy import FedSMStrategy
+from server_app.site_strategy import EvaluationSink
+
+
+class FedSMExtraStrategy(FedSMStrategy):
+    """FedSM's model training, then extra rounds for an argmin-loss selector.
+
+    Parameters
+    ----------
+    extra_selector : dict
+        Initial weights of the ``K + 1``-output selector.
+    model_rounds : int
+        ``R``, the rounds that train the segmentation models.
+    """
+
+    name = "FedSM-extra"
+
+    def __init__(
+        self,
+        fedsm: FedSM,
+        extra_selector: Weights,
+        model_rounds: int,
+        nodes: Sequence[SiteNode],
+        eval_every: int,
+        num_rounds: int,
+        on_evaluate: EvaluationSink,
+    ) -> None:
+        super().__init__(fedsm, nodes, 0.0, eval_every, num_rounds, on_evaluate)
+        self.extra_selector = extra_selector
+        self.extra_optimizer: Weights = {}
+        self.model_rounds = model_rounds
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """FedSM messages (selector frozen) up to round R, then selector messages with the super model."""
+        if server_round <= self.model_rounds:
+            messages = list(super().configure_train(server_round, arrays, config, grid))
+            for message in messages:
+                message.content[records.CONFIG]["phase"] = "models"
+            return messages
+        content = RecordDict(
+            {
+                **self._models_content(),
+                records.SELECTOR: records.to_record(self.extra_selector),
+                records.SELECTOR_OPTIMIZER: records.to_record(self.extra_optimizer),
+                records.CONFIG: records.to_config({"server-round": server_round, "phase": "selector"}),
+            }
+        )
+        return self.messages({node.node_id: content for node in self.nodes}, MessageType.TRAIN)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """FedSM aggregation up to round R; afterwards the selector and its moments, per site alike."""
+        if server_round <= self.model_rounds:
+            return super().aggregate_train(server_round, replies)
+        accepted: list[tuple[Message, Weights]] = []
+        for reply in replies:
+            decoded = self.decode_weights(server_round, self.site_of(reply), reply, {records.SELECTOR: self.extra_selector})
+            if decoded is not None:
+                accepted.append((reply, decoded[records.SELECTOR]))
+        self.note_absent(server_round, [self.site_of(reply) for reply, _ in accepted])
+        if not accepted:
+            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        equal = [1.0] * len(accepted)
+        self.extra_selector = weighted_average([weights for _, weights in accepted], equal)
+        self.extra_optimizer = weighted_average(
+            [records.from_record(reply.content[records.SELECTOR_OPTIMIZER]) for reply, _ in accepted], equal
+        )
+        log(INFO, "round %d (extra): %d/%d sites trained the selector", server_round, len(accepted), len(self.nodes))
+        return records.to_record(self.fedsm.global_weights), self.mean_metrics([reply for reply, _ in accepted])
+
+    def _models_content(self) -> dict[str, ArrayRecord]:
+        return {
+            records.GLOBAL: records.to_record(self.fedsm.global_weights),
+            records.PERSONALIZED: records.models_to_record(
+                [self.fedsm.personalized[node.site_name] for node in self.nodes]
+            ),
+        }
+
+    def evaluation_content(self, split: str) -> RecordDict:
+        """The super model with the K + 1-output selector (no gamma)."""
+        return RecordDict(
+            {
+                **self._models_content(),
+                records.SELECTOR: records.to_record(self.extra_selector),
+                records.CONFIG: records.to_config({"split": split, "gamma": 0.0, "selector-includes-global": True}),
+            }
+        )
+
+    def finish_validation(self) -> list[str]:
+        """FedSM-extra needs no gamma."""
+        return []
