@@ -79,3 +79,19 @@ def test_scaffold_runs_through_the_same_app_and_saves_the_global_model(tmp_path)
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
     assert "missed" not in (folder / "summary.md").read_text()
+
+
+def test_fedsm_extra_trains_models_then_its_selector_and_saves_a_loadable_bundle(tmp_path):
+    # Execute: 2 model rounds, then 1 selector round
+    result = _run(tmp_path, TINY + ' strategy="fedsm-extra" extra-rounds=1')
+
+    # Assert
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "round 3 (extra)" in result.stdout
+    (folder,) = list((tmp_path / "runs").iterdir())
+    with (folder / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2, 3}
+    super_model, info = load_bundle(folder / "super_model.pt")
+    assert super_model.selector_includes_global
+    assert super_model.selector(torch.rand(1, 3, 32, 32)).shape == (1, 7)
