@@ -14,8 +14,7 @@ from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
-from fedsm_core.training.batches import iterate_batches
-from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.local_update import Learner, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 
 
@@ -82,7 +81,6 @@ def train_fedsm_client(
     personal_model = _loaded(spec.build_segmentation(), payload.personal_weights, "personalized model", device)
     selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
     selector_optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
-    generator = torch.Generator().manual_seed(settings.seed)
     style_generator = torch.Generator().manual_seed(settings.seed + 1)
     load_adam_state(selector, selector_optimizer, payload.selector_optimizer)
     learners = [
@@ -94,13 +92,8 @@ def train_fedsm_client(
             "selector", selector, selector_optimizer, F.cross_entropy,
             site_batch(site_index, spec.num_sites, settings.selector_negatives, style_generator),
         ))
-    metrics = train_local(
-        learners,
-        lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),
-        settings.local_epochs,
-        settings.max_local_steps,
-        device,
-    )
+    metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
+                             settings.max_local_steps, settings.seed, device)
     update = FedSMUpdate(
         global_weights=get_weights(global_model),
         personal_weights=get_weights(personal_model),

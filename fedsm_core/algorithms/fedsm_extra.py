@@ -25,8 +25,7 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss_per_image
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
-from fedsm_core.training.batches import iterate_batches
-from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.local_update import Learner, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 
 
@@ -98,12 +97,6 @@ def train_extra_selector_client(
     optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
     load_adam_state(selector, optimizer, selector_optimizer)
     learner = Learner("selector", selector, optimizer, F.cross_entropy, extra_selector_batch(candidates))
-    generator = torch.Generator().manual_seed(settings.seed)
-    metrics = train_local(
-        [learner],
-        lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),
-        settings.local_epochs,
-        settings.max_local_steps,
-        device,
-    )
+    metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
+                             settings.max_local_steps, settings.seed, device)
     return get_weights(selector), adam_state_to_arrays(selector, optimizer), metrics

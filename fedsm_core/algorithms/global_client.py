@@ -19,8 +19,7 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
-from fedsm_core.training.batches import iterate_batches
-from fedsm_core.training.local_update import Learner, TrainingHook, train_local
+from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,13 +76,7 @@ def train_global_client(
         scaffold = ScaffoldCorrection(options.server_control, options.client_control)
         hooks.append(scaffold)
     learner = Learner("global", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss, hooks=hooks)
-    generator = torch.Generator().manual_seed(settings.seed)
-    metrics = train_local(
-        [learner],
-        lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),
-        settings.local_epochs,
-        settings.max_local_steps,
-        device,
-    )
+    metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
+                             settings.max_local_steps, settings.seed, device)
     control = scaffold.new_client_control(model) if scaffold is not None else None
     return GlobalUpdate(get_weights(model), len(data.images), control), metrics

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 import torch.nn as nn
 
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.training.batches import iterate_batches
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 BatchFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -131,3 +134,26 @@ def train_local(
     metrics = {f"loss-{name}": total / max(steps, 1) for name, total in sums.items()}
     metrics["steps"] = float(steps)
     return metrics
+
+
+def train_on_split(
+    learners: Sequence[Learner],
+    data: SegArrays,
+    batch_size: int,
+    epochs: int,
+    max_steps: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """:func:`train_local` over shuffled, flip-augmented minibatches of one site's split.
+
+    ``seed`` fixes the order and augmentation, so a round is reproducible.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return train_local(
+        learners,
+        lambda: iterate_batches(data, batch_size, shuffle=True, augment=True, generator=generator),
+        epochs,
+        max_steps,
+        device,
+    )
