@@ -31,7 +31,6 @@ import time
 import tomllib
 from pathlib import Path
 
-import torch
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
 from fedsm_core.algorithms.fedsm_client import TrainSettings

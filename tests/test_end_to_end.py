@@ -30,6 +30,14 @@ def _superlinks(flwr_home: Path) -> str:
     return found.stdout.strip()
 
 
+def _finished_run(tmp_path: Path, result: subprocess.CompletedProcess) -> tuple[Path, list[dict[str, str]]]:
+    """Check the run succeeded and wrote one run folder; return it and its metrics rows."""
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    (folder,) = list((tmp_path / "runs").iterdir())
+    with (folder / "metrics.csv").open() as handle:
+        return folder, list(csv.DictReader(handle))
+
+
 def test_two_round_simulation_writes_metrics_summary_and_a_loadable_super_model(tmp_path):
     # Execute
     result = _run(tmp_path, TINY)
@@ -70,11 +78,8 @@ def test_scaffold_runs_through_the_same_app_and_saves_the_global_model(tmp_path)
     result = _run(tmp_path, TINY + ' strategy="scaffold"')
 
     # Assert
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    folder, rows = _finished_run(tmp_path, result)
     assert "SCAFFOLD" in result.stdout
-    (folder,) = list((tmp_path / "runs").iterdir())
-    with (folder / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
     assert {r["metric"] for r in rows} == {"dice-global", "num-images"}
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
@@ -86,11 +91,8 @@ def test_fedsm_extra_trains_models_then_its_selector_and_saves_a_loadable_bundle
     result = _run(tmp_path, TINY + ' strategy="fedsm-extra" extra-rounds=1')
 
     # Assert
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    folder, rows = _finished_run(tmp_path, result)
     assert "round 3 (extra)" in result.stdout
-    (folder,) = list((tmp_path / "runs").iterdir())
-    with (folder / "metrics.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2, 3}
     super_model, info = load_bundle(folder / "super_model.pt")
     assert super_model.selector_includes_global
