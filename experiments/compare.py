@@ -128,6 +128,39 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
     return rows, curve
 
 
+def load_chosen(path: Path | None, overrides: dict[str, object]) -> dict[str, dict[str, object]]:
+    """Run-config overrides per method: ``overrides`` updated with ``path``'s choices.
+
+    Centralized and Local share one entry (``centralized``), since they run
+    together in one process. Every merged set is validated before any training.
+    """
+    choices: dict[str, dict[str, object]] = {}
+    if path is not None:
+        try:
+            choices = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"--chosen {path}: cannot read a JSON object of per-method overrides ({error})")
+        unknown = sorted(set(choices) - set(METHODS))
+        if unknown:
+            raise ValueError(f"--chosen {path}: unknown methods {unknown}; expected some of {list(METHODS)}")
+    merged = {m: {**overrides, **choices.get(m, {})} for m in METHODS}
+    for method, settings in merged.items():
+        try:
+            RunConfig.from_mapping(settings)  # fail before any training on a bad key or value
+        except ValueError as error:
+            raise ValueError(f"settings for {method} (--run-config and --chosen): {error}") from None
+    return merged
+
+
+def describe_chosen(chosen: dict[str, dict[str, object]], overrides: dict[str, object], methods: list[str]) -> str:
+    """Markdown list of the settings each method ran with beyond ``--run-config``."""
+    lines = ["Settings chosen on validation data:"]
+    for method in methods:
+        extra = {k: v for k, v in chosen[method].items() if overrides.get(k) != v}
+        lines.append(f"- {method}: " + (", ".join(f"{k} = {v}" for k, v in sorted(extra.items())) or "defaults"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -135,21 +168,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=15 lr=0.002"')
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "compare")
+    parser.add_argument("--chosen", type=Path, default=None,
+                        help="per-method overrides chosen on validation (chosen.json of experiments.tune)")
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
-    RunConfig.from_mapping(overrides)  # fail before any training on a bad key or value
+    chosen = load_chosen(args.chosen, overrides)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     rows: list[dict] = []
     curves: dict[str, list] = {}
     centralized_best: list[float] = []
     for seed in args.seeds:
-        pooled_rows, curve = run_pooled(args.methods, seed, overrides)
+        pooled_rows, curve = run_pooled(args.methods, seed, chosen["centralized"])
         rows += pooled_rows
         if curve:
             centralized_best.append(max(value for _, value in curve))
         for method in [m for m in args.methods if m in FEDERATED]:
-            method_rows, method_curve = run_federated(method, seed, overrides, args.out)
+            method_rows, method_curve = run_federated(method, seed, chosen[method], args.out)
             rows += method_rows
             if seed == args.seeds[0]:
                 curves[FEDERATED[method]] = method_curve
@@ -159,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - started
     (args.out / "table.md").write_text(
         f"Test Dice (mean ± std over seeds {args.seeds}); settings: `{args.run_config}`; wall time {wall:.0f} s\n\n"
-        + "\n".join(table) + "\n")
+        + "\n".join(table) + "\n\n" + describe_chosen(chosen, overrides, args.methods) + "\n")
     reference = None
     if centralized_best:
         reference = ("Centralized (best validation)", sum(centralized_best) / len(centralized_best))

@@ -1,0 +1,73 @@
+"""The validation sweep's choices and how the comparison applies them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.compare import describe_chosen, load_chosen
+from experiments.tune import DEFAULT_GRID, STEPS, choose, parse_grid, validation_score, write_outputs
+
+
+def test_choose_takes_the_best_score_and_breaks_ties_toward_the_smaller_value():
+    assert choose({0.001: 0.80, 0.002: 0.85, 0.005: 0.84}) == 0.002
+    assert choose({0.9: 0.85, 0.5: 0.85, 0.7: 0.10}) == 0.5
+
+
+def test_validation_score_is_the_last_evaluated_round():
+    assert validation_score([(3, 0.7), (10, 0.6), (5, 0.9)]) == 0.6
+    with pytest.raises(RuntimeError, match="no pooled validation Dice"):
+        validation_score([])
+
+
+def test_grid_items_replace_defaults_and_bad_items_name_the_fix():
+    grid = parse_grid(["lr=0.01,0.02"])
+    assert grid["lr"] == [0.01, 0.02]
+    assert grid["softpull-lambda"] == DEFAULT_GRID["softpull-lambda"]
+    with pytest.raises(ValueError, match="expected one of"):
+        parse_grid(["momentum=0.9"])
+    with pytest.raises(ValueError, match="must be numbers"):
+        parse_grid(["lr=fast"])
+
+
+def test_every_step_sweeps_a_real_run_config_key_and_fedavgs_lr_reaches_the_pooled_methods():
+    from fedsm_core.config import RunConfig
+
+    keys = set(RunConfig().to_mapping())
+    assert all(key in keys for _, key, _, _ in STEPS)
+    heirs_of_lr = next(h for m, k, _, h in STEPS if m == "fedavg" and k == "lr")
+    assert {"centralized", "local", "fedsm"} <= set(heirs_of_lr)
+
+
+def test_chosen_settings_override_the_run_config_per_method(tmp_path):
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps({"fedprox": {"proximal-mu": 0.1}, "scaffold": {"lr": 0.0005}}))
+    chosen = load_chosen(path, {"lr": 0.002, "num-server-rounds": 5})
+    assert chosen["fedprox"] == {"lr": 0.002, "num-server-rounds": 5, "proximal-mu": 0.1}
+    assert chosen["scaffold"]["lr"] == 0.0005
+    assert chosen["fedavg"] == {"lr": 0.002, "num-server-rounds": 5}
+    text = describe_chosen(chosen, {"lr": 0.002}, ["fedavg", "fedprox"])
+    assert "- fedprox: num-server-rounds = 5, proximal-mu = 0.1" in text
+
+
+def test_chosen_files_with_unknown_methods_or_bad_values_are_refused(tmp_path):
+    path = tmp_path / "chosen.json"
+    path.write_text(json.dumps({"fedsgd": {"lr": 0.1}}))
+    with pytest.raises(ValueError, match="unknown methods \\['fedsgd'\\]"):
+        load_chosen(path, {})
+    path.write_text(json.dumps({"fedsm": {"softpull-lambda": 7}}))
+    with pytest.raises(ValueError, match="settings for fedsm"):
+        load_chosen(path, {})
+    with pytest.raises(ValueError, match="cannot read"):
+        load_chosen(tmp_path / "missing.json", {})
+
+
+def test_outputs_mark_the_chosen_candidates(tmp_path):
+    trials = [{"method": "fedavg", "key": "lr", "value": 0.001, "val-dice": 0.5, "seconds": 1.0},
+              {"method": "fedavg", "key": "lr", "value": 0.002, "val-dice": 0.6, "seconds": 1.0}]
+    write_outputs(tmp_path, {"fedavg": {"lr": 0.002}}, trials, "header")
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| fedavg | lr | 0.002 | 0.6000 | yes |" in table
+    assert "| fedavg | lr | 0.001 | 0.5000 |  |" in table
+    assert json.loads((tmp_path / "chosen.json").read_text()) == {"fedavg": {"lr": 0.002}}
