@@ -6,6 +6,7 @@ Handlers only decode the message, call ``fedsm_core`` and encode the reply.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import torch
@@ -13,7 +14,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app import records
-from client_app.site import resolve_site_index
+from client_app.site import node_data_paths, resolve_site_index
 from fedsm_core.algorithms.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
@@ -34,12 +35,20 @@ app = ClientApp()
 def _setup(context: Context) -> tuple[RunConfig, DatasetInfo, int, torch.device]:
     config = RunConfig.from_mapping(context.run_config)
     set_cpu_threads(config.torch_threads)
-    info = dataset_info(config.dataset)
+    info = dataset_info(config.dataset, node_data_paths(context.node_config))
     return config, info, resolve_site_index(context.node_config, info.site_names), select_device(config.device)
 
 
-def _load_site(config: RunConfig, info: DatasetInfo, site_index: int) -> SiteSplits:
-    return info.load_site(site_index, config.image_size, config.data_scale, config.data_seed)
+def _load_site(config: RunConfig, context: Context, site_index: int) -> SiteSplits:
+    paths = tuple(sorted(node_data_paths(context.node_config).items()))
+    return _cached_site(config.dataset, paths, site_index, config.image_size, config.data_scale, config.data_seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_site(dataset: str, paths: tuple[tuple[str, str], ...], index: int, size: int, scale: float,
+                 seed: int) -> SiteSplits:
+    # A worker process serves many messages of the same site: read real files once.
+    return dataset_info(dataset, dict(paths)).load_site(index, size, scale, seed)
 
 
 def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
@@ -50,7 +59,7 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 def query(msg: Message, context: Context) -> Message:
     """Tell the server which site this node is, how much data it holds and its pixel statistics."""
     config, info, site_index, _ = _setup(context)
-    site = _load_site(config, info, site_index)
+    site = _load_site(config, context, site_index)
     pixels = channel_statistics(site.train.images)
     reply = records.to_config(
         {
@@ -76,6 +85,7 @@ def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSet
         selector_lr=config.selector_lr,
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
         selector_negatives=config.selector_negatives,
+        augmentation=config.augmentation,
     )
 
 
@@ -83,7 +93,7 @@ def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSet
 def train(msg: Message, context: Context) -> Message:
     """One round of local training for the run's strategy."""
     config, info, site_index, device = _setup(context)
-    site = _load_site(config, info, site_index)
+    site = _load_site(config, context, site_index)
     settings = _settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
     torch.manual_seed(settings.seed)
     phase = str(msg.content[records.CONFIG].get("phase", ""))
@@ -175,7 +185,7 @@ def train_single_model(content, context, config, spec, site, site_index, setting
 def evaluate(msg: Message, context: Context) -> Message:
     """Dice on one split: of the global model, or of the whole FedSM super model."""
     config, info, site_index, device = _setup(context)
-    site = _load_site(config, info, site_index)
+    site = _load_site(config, context, site_index)
     content = msg.content
     split = str(content[records.CONFIG]["split"])
     if split not in ("val", "test"):

@@ -35,3 +35,22 @@ def resolve_site_index(node_config: Mapping[str, object], site_names: tuple[str,
         "this node has neither 'site-name' nor 'partition-id' in its node config; start the SuperNode "
         "with --node-config \"site-name=<one of " + ", ".join(site_names) + ">\""
     )
+
+
+def node_data_paths(node_config: Mapping[str, object]) -> dict[str, str]:
+    """``{site-name: data-path}`` from a SuperNode's node config, or ``{}``.
+
+    In deployment each SuperNode names its own data folder; the federation
+    spec then only lists the sites and their sources.
+
+    Raises
+    ------
+    ValueError
+        When ``data-path`` is given without ``site-name``.
+    """
+    if "data-path" not in node_config:
+        return {}
+    if "site-name" not in node_config:
+        raise ValueError("node config has data-path but no site-name; start the SuperNode with "
+                         "--node-config \"site-name='<site>' data-path='<folder>'\"")
+    return {str(node_config["site-name"]): str(node_config["data-path"])}

@@ -73,7 +73,8 @@ def run_federated(method: str, seed: int, overrides: dict[str, object], out: Pat
     """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
     runs = out / "runs" / f"{method}-seed{seed}"
     settings = {**overrides, "strategy": method, "seed": seed}
-    env = {**os.environ, "FEDSM_RUNS": str(runs)}
+    sites = dataset_info(RunConfig.from_mapping(settings).dataset).num_sites
+    env = {**os.environ, "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(sites)}
     command = ["bash", str(ROOT / "scripts" / "run-simulation.sh"), _format_overrides(settings)]
     print(f"[compare] {method} seed {seed}: {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -105,7 +106,8 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
              for i, name in enumerate(info.site_names)}
     spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width,
                      norm=config.segmentation_norm)
-    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed)
+    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
+                             augmentation=config.augmentation)
     epochs = config.num_server_rounds * config.local_epochs
     device = select_device(config.device)
     validation = {name: s.val for name, s in sites.items()}

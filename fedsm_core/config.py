@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra")
-DATASETS = ("synthetic-fundus",)
+DATASETS = ("synthetic-fundus", "synthetic-prostate")  # or the path of a federation spec (*.toml)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 NORMS = ("group", "batch")
 GAMMA_SELECTIONS = ("validation", "fixed")
+AUGMENTATIONS = ("none", "flip", "affine")  # see fedsm_core.data.augment
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -41,6 +42,7 @@ class RunConfig:
     batch_size: int = 8
     local_epochs: int = 1
     max_local_steps: int = 0
+    augmentation: str = "flip"
     lr: float = 2e-3
     selector_lr: float = 1e-3
     selector_width: int = 32
@@ -59,8 +61,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_choice("strategy", self.strategy, STRATEGIES)
-        _check_choice("dataset", self.dataset, DATASETS)
+        if not self.dataset.endswith(".toml"):
+            _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
+        _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
         _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)

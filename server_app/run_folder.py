@@ -22,7 +22,8 @@ def create_run_folder(config: RunConfig) -> Path:
     which is the SuperLink's; the run scripts pass an absolute path.
     """
     base = Path(config.output_dir).expanduser().resolve()
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.strategy}-{config.dataset}"
+    dataset = Path(config.dataset).stem if config.dataset.endswith(".toml") else config.dataset
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.strategy}-{dataset}"
     for suffix in range(1000):
         folder = base / (stem if suffix == 0 else f"{stem}-{suffix}")
         try:

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 
 from fedsm_core.bundle import load_bundle
 
@@ -16,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8"
 
 
-def _run(tmp_path: Path, overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "FEDSM_RUNS": str(tmp_path / "runs")}
+def _run(tmp_path: Path, overrides: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "FEDSM_RUNS": str(tmp_path / "runs"), **extra_env}
+    # Ports of our own, so a SuperLink the user already runs is never used or disturbed.
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = "39291"
+    env["FLWR_LOCAL_CONTROL_API_PORT"] = "39293"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "run-simulation.sh"), overrides],
@@ -97,3 +102,36 @@ def test_fedsm_extra_trains_models_then_its_selector_and_saves_a_loadable_bundle
     super_model, info = load_bundle(folder / "super_model.pt")
     assert super_model.selector_includes_global
     assert super_model.selector(torch.rand(1, 3, 32, 32)).shape == (1, 7)
+
+
+def _write_slice_site(folder: Path, seed: int) -> None:
+    """A tiny ProstateSlice-layout site: grey images with a dark gland, inverted masks."""
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", 4), ("test", 2)):
+        for sub in ("image", "mask"):
+            (folder / split / sub).mkdir(parents=True)
+        for i in range(count):
+            y, x = np.mgrid[:40, :40]
+            gland = (y - 20 - rng.integers(-4, 5)) ** 2 + (x - 20 - rng.integers(-4, 5)) ** 2 < 64
+            image = np.where(gland, 60, 170) + rng.integers(0, 30, (40, 40))
+            Image.fromarray(image.astype(np.uint8)).save(folder / split / "image" / f"s{i:02d}.png")
+            Image.fromarray(np.where(gland, 0, 255).astype(np.uint8)).save(folder / split / "mask" / f"s{i:02d}.png")
+
+
+def test_a_federation_spec_of_png_sites_runs_through_flwr(tmp_path):
+    # Arrange: two sites in the ProstateSlice layout and a spec with relative paths
+    for index, name in enumerate(("north", "south")):
+        _write_slice_site(tmp_path / "data" / name, seed=index)
+    spec = tmp_path / "federation.toml"
+    spec.write_text("\n".join(f'[[sites]]\nname = "{n}"\nsource = "prostate-slices"\npath = "data/{n}"\n'
+                              for n in ("north", "south")))
+
+    # Execute
+    result = _run(tmp_path, f"{TINY} dataset='{spec}' batch-size=2", NUM_SUPERNODES="2")
+
+    # Assert
+    folder, rows = _finished_run(tmp_path, result)
+    assert folder.name.endswith("-fedsm-federation")
+    assert {r["site"] for r in rows if r["split"] == "test"} == {"north", "south", "pooled"}
+    _, info = load_bundle(folder / "super_model.pt")
+    assert info.site_names == ("north", "south")

@@ -30,6 +30,7 @@ class TrainSettings:
     seed: int
     selector_negatives: bool = True
     train_selector: bool = True
+    augmentation: str = "flip"
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
@@ -93,7 +94,8 @@ def train_fedsm_client(
             site_batch(site_index, spec.num_sites, settings.selector_negatives, style_generator),
         ))
     metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
-                             settings.max_local_steps, settings.seed, device)
+                             settings.max_local_steps, settings.seed, device,
+                             settings.augmentation)
     update = FedSMUpdate(
         global_weights=get_weights(global_model),
         personal_weights=get_weights(personal_model),

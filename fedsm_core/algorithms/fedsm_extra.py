@@ -98,5 +98,6 @@ def train_extra_selector_client(
     load_adam_state(selector, optimizer, selector_optimizer)
     learner = Learner("selector", selector, optimizer, F.cross_entropy, extra_selector_batch(candidates))
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
-                             settings.max_local_steps, settings.seed, device)
+                             settings.max_local_steps, settings.seed, device,
+                             settings.augmentation)
     return get_weights(selector), adam_state_to_arrays(selector, optimizer), metrics

@@ -61,7 +61,8 @@ def train_on_arrays(
     for epoch in range(1, epochs + 1):
         train_local(
             [learner],
-            lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=True, generator=generator),
+            lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=settings.augmentation,
+                                    generator=generator),
             1,
             settings.max_local_steps,
             device,

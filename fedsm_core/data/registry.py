@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.files import DataError
+from fedsm_core.data.federation import FederationSpec, load_federation, locate_spec
+from fedsm_core.data.sources import data_source
 from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
+from fedsm_core.data.synthetic_prostate import PROSTATE_SITES
+from fedsm_core.data.synthetic_prostate import generate_site as generate_prostate_site
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,17 +47,73 @@ def _synthetic_fundus() -> DatasetInfo:
     )
 
 
-DATASETS: dict[str, Callable[[], DatasetInfo]] = {"synthetic-fundus": _synthetic_fundus}
+def _synthetic_prostate() -> DatasetInfo:
+    return DatasetInfo(
+        site_names=tuple(site.name for site in PROSTATE_SITES),
+        structures=("prostate",),
+        load_site=lambda index, size, scale, seed: generate_prostate_site(index, image_size=size, scale=scale,
+                                                                          seed=seed),
+    )
 
 
-def dataset_info(name: str) -> DatasetInfo:
-    """Look up a dataset by its run-config name.
+DATASETS: dict[str, Callable[[], DatasetInfo]] = {"synthetic-fundus": _synthetic_fundus,
+                                                   "synthetic-prostate": _synthetic_prostate}
+
+
+def require_every_split(site: SiteSplits, path: str | Path) -> SiteSplits:
+    """``site`` unchanged if train, validation and test all hold images.
+
+    Raises
+    ------
+    DataError
+        Naming the site, its folder and the split sizes: every site trains,
+        scores its models on validation (gamma, model choice) and reports test Dice.
+    """
+    sizes = {"train": len(site.train), "val": len(site.val), "test": len(site.test)}
+    empty = [split for split, count in sizes.items() if count == 0]
+    if empty:
+        raise DataError(f"site '{site.name}' at {path} has no {'/'.join(empty)} images (split sizes {sizes}); "
+                        "every site needs train, validation and test images: add data to this site")
+    return site
+
+
+def _federation(spec: FederationSpec, data_paths: Mapping[str, str | Path]) -> DatasetInfo:
+    unknown = sorted(set(data_paths) - set(spec.site_names))
+    if unknown:
+        raise ValueError(f"data paths given for {unknown}, which are not sites of {spec.file} {list(spec.site_names)}")
+
+    def load_site(index: int, size: int, scale: float, seed: int) -> SiteSplits:
+        # Real sources ignore data-scale: they load every file, never a silent subset.
+        site = spec.sites[index]
+        path = data_paths.get(site.name, site.path)
+        if path is None:
+            raise ValueError(f"site '{site.name}' has no data path: set 'path' in {spec.file} or start its "
+                             f"SuperNode with --node-config \"site-name='{site.name}' data-path='/your/data'\"")
+        return require_every_split(data_source(site.source).load(Path(path), size, seed, site.options, site.name),
+                                   path)
+
+    return DatasetInfo(spec.site_names, spec.structures(), load_site)
+
+
+def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) -> DatasetInfo:
+    """Look up a dataset by its run-config name, or read a federation spec (``*.toml``).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`DATASETS` or the path of a federation spec.
+    data_paths : mapping, optional
+        Site name -> data folder, replacing the spec's ``path`` (a SuperNode's
+        own folder from its node config).
 
     Raises
     ------
     ValueError
         For an unknown name; the message lists the known ones.
     """
+    if name.endswith(".toml"):
+        return _federation(load_federation(locate_spec(name)), data_paths or {})
     if name not in DATASETS:
-        raise ValueError(f"dataset = '{name}' is unknown; known datasets: {sorted(DATASETS)}")
+        raise ValueError(f"dataset = '{name}' is unknown; known datasets: {sorted(DATASETS)} "
+                         "or the path of a federation spec (*.toml)")
     return DATASETS[name]()

@@ -8,19 +8,22 @@ import numpy as np
 import torch
 
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.augment import AUGMENTATIONS, augment_pairs, build_augmentation
 
 
 def iterate_batches(
     data: SegArrays,
     batch_size: int,
     shuffle: bool,
-    augment: bool = False,
+    augment: bool | str = False,
     generator: torch.Generator | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield ``(images, masks)`` float tensors of at most ``batch_size`` items.
 
-    Augmentation flips image and mask together (horizontal and vertical flips,
-    each with probability 1/2), so the pair stays aligned. When shuffling (for
+    Augmentation changes image and mask together, so the pair stays aligned:
+    ``"flip"`` flips (horizontal and vertical, each with probability 1/2),
+    ``"affine"`` adds a small warp and brightness/contrast jitter
+    (:mod:`fedsm_core.data.augment`). When shuffling (for
     training), a last batch of a single image joins the batch before it: batch
     normalization cannot train on one image, and no image is left out.
 
@@ -31,11 +34,15 @@ def iterate_batches(
     batch_size : int
     shuffle : bool
         Draw a new order each call (from ``generator``).
-    augment : bool
-        Apply random flips.
+    augment : bool or str
+        A policy of :data:`fedsm_core.data.augment.AUGMENTATIONS`; ``True``
+        means ``"flip"`` and ``False`` ``"none"``.
     generator : torch.Generator, optional
         Source of randomness, for reproducible runs.
     """
+    policy = {True: "flip", False: "none"}.get(augment, augment) if isinstance(augment, bool) else augment
+    if policy not in AUGMENTATIONS:
+        raise ValueError(f"augmentation = '{policy}' must be one of {AUGMENTATIONS}")
     count = len(data.images)
     if count == 0:
         raise ValueError("iterate_batches: the split holds no images")
@@ -49,9 +56,20 @@ def iterate_batches(
     for start, end in zip(starts, ends, strict=True):
         index = order[start:end]
         images, masks = images_all[index], masks_all[index]
-        if augment:
+        if policy == "flip":
             images, masks = _flip_pairs(images, masks, generator)
+        elif policy == "affine":
+            images, masks = _warp_pairs(images, masks, generator)
         yield images, masks
+
+
+def _warp_pairs(
+    images: torch.Tensor, masks: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # The pipeline's seed comes from the batch generator, so a seeded round is reproducible.
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+    warped = augment_pairs(images.numpy(), masks.numpy(), build_augmentation("affine", seed))
+    return torch.from_numpy(warped[0]), torch.from_numpy(warped[1])
 
 
 def _flip_pairs(

@@ -144,15 +144,17 @@ def train_on_split(
     max_steps: int,
     seed: int,
     device: torch.device | str = "cpu",
+    augmentation: str = "flip",
 ) -> dict[str, float]:
-    """:func:`train_local` over shuffled, flip-augmented minibatches of one site's split.
+    """:func:`train_local` over shuffled, augmented minibatches of one site's split.
 
-    ``seed`` fixes the order and augmentation, so a round is reproducible.
+    ``seed`` fixes the order and augmentation, so a round is reproducible;
+    ``augmentation`` is a policy of :mod:`fedsm_core.data.augment`.
     """
     generator = torch.Generator().manual_seed(seed)
     return train_local(
         learners,
-        lambda: iterate_batches(data, batch_size, shuffle=True, augment=True, generator=generator),
+        lambda: iterate_batches(data, batch_size, shuffle=True, augment=augmentation, generator=generator),
         epochs,
         max_steps,
         device,

@@ -1,0 +1,109 @@
+"""The ``fedsm`` command: tools that run without Flower.
+
+``fedsm check-data SOURCE ROOT``
+    The data doctor on every site folder under ROOT (or on ROOT itself when
+    it is one site), e.g. ``fedsm check-data prostate-slices data/ProstateSlice``.
+``fedsm check-data --federation SPEC.toml``
+    The data doctor on every site of a federation spec.
+
+Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
+bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedsm_core.data.doctor import site_folders
+from fedsm_core.data.doctor_report import SiteReport, format_reports
+from fedsm_core.data.federation import load_federation
+from fedsm_core.data.files import DataError
+from fedsm_core.data.sources import SOURCES, data_source
+
+
+def looks_like_site(path: Path, source: str) -> bool:
+    """Whether ``path`` is one site folder of ``source`` rather than a folder of sites."""
+    if source == "prostate-msd":
+        return (path / "imagesTr").is_dir()
+    if source == "prostate-nifti":
+        return any(p.name.endswith((".nii", ".nii.gz")) for p in path.iterdir())
+    return (path / "train").is_dir() or (path / "test").is_dir()
+
+
+def check_root(source_name: str, root: Path, options: dict[str, object]) -> list[SiteReport]:
+    """Reports for ROOT as one site, or for each of its site folders."""
+    source = data_source(source_name)
+    merged = source.options(options, "check-data")
+    folders = [root] if root.is_dir() and looks_like_site(root, source_name) else site_folders(root)
+    return [inspect_site(source_name, folder, merged, folder.name) for folder in folders]
+
+
+def inspect_site(source_name: str, path: Path, options: dict[str, object], name: str) -> SiteReport:
+    """One site's report, judged with the site's own orphan policy."""
+    report = data_source(source_name).inspect(path, options, name)
+    report.orphans_skipped = options.get("on-orphans") == "skip"
+    return report
+
+
+def check_federation(spec_path: Path) -> list[SiteReport]:
+    """Reports for every site of a federation spec that names a data path."""
+    spec = load_federation(spec_path)
+    reports = []
+    for site in spec.sites:
+        if site.path is None:
+            report = SiteReport(site.name, "-", site.source)
+            report.errors.append(f"no 'path' in {spec.file}; in deployment the SuperNode's data-path is checked "
+                                 "on its own machine with: fedsm check-data SOURCE PATH")
+            reports.append(report)
+            continue
+        reports.append(inspect_site(site.source, site.path, site.options, site.name))
+    return reports
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of the ``fedsm`` command."""
+    parser = argparse.ArgumentParser(prog="fedsm", description="FedSM toolkit commands that run without Flower.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check-data", help="check site folders before training (the data doctor)")
+    check.add_argument("source", nargs="?", choices=sorted(SOURCES), help="layout of the data")
+    check.add_argument("root", nargs="?", type=Path, help="a folder of site folders, or one site folder")
+    check.add_argument("--federation", type=Path, help="check every site of this federation spec instead")
+    check.add_argument("--mask-encoding", help="mask encoding, if not the layout's default")
+    check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
+                       help="'skip': report orphans without counting them as errors (as training with it would)")
+    return parser
+
+
+def run_check_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``fedsm check-data``: print the reports; 1 if any site has errors."""
+    if args.federation is None and (args.source is None or args.root is None):
+        parser.error("check-data needs SOURCE and ROOT, or --federation SPEC.toml")
+    try:
+        if args.federation is not None:
+            reports = check_federation(args.federation)
+        else:
+            options: dict[str, object] = {"on-orphans": args.on_orphans}
+            if args.mask_encoding:
+                options["mask-encoding"] = args.mask_encoding
+            reports = check_root(args.source, args.root, options)
+    except (DataError, ValueError) as error:
+        print(f"check-data: {error}", file=sys.stderr)
+        return 1
+    print(format_reports(reports))
+    return 0 if all(report.ok for report in reports) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fedsm`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "check-data":
+        return run_check_data(args, parser)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Tests of the deterministic six-site synthetic prostate MR generator."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from fedsm_core.data import synthetic_fundus
+from fedsm_core.data.synthetic_prostate import (
+    PAPER_SITE_SIZES,
+    PROSTATE_SITES,
+    generate_site,
+    generate_sites,
+    site_size,
+)
+
+SIZE = 64
+SCALE = 0.1  # 16..47 images per site: the whole module stays around a second
+
+
+@pytest.fixture(scope="module")
+def sites():
+    return generate_sites(image_size=SIZE, scale=SCALE, seed=0)
+
+
+@pytest.fixture(scope="module")
+def fundus_sites():
+    return synthetic_fundus.generate_sites(image_size=SIZE, scale=SCALE, seed=0)
+
+
+def _all(site, field):
+    return np.concatenate([getattr(getattr(site, s), field) for s in ("train", "val", "test")])
+
+
+def _grey(site):
+    return _all(site, "images")[:, 0]
+
+
+def test_profiles_and_paper_sizes():
+    assert [s.name for s in PROSTATE_SITES] == [f"site-{i}" for i in range(1, 7)]
+    assert PAPER_SITE_SIZES == (261, 384, 158, 468, 421, 175)
+    with pytest.raises(AttributeError):
+        PROSTATE_SITES[0].noise_std = 0.5  # frozen
+
+
+def test_shapes_dtypes_and_ids(sites):
+    assert len(sites) == 6
+    for index, site in enumerate(sites):
+        assert site.name == PROSTATE_SITES[index].name
+        ids = []
+        for split in (site.train, site.val, site.test):
+            n = len(split.ids)
+            assert n >= 4
+            assert split.images.shape == (n, 3, SIZE, SIZE)
+            assert split.masks.shape == (n, 1, SIZE, SIZE)
+            assert split.images.dtype == np.float32 and split.masks.dtype == np.float32
+            assert split.images.min() >= 0.0 and split.images.max() <= 1.0
+            ids += split.ids
+        assert len(set(ids)) == len(ids) == site_size(index, SCALE)
+        assert ids[7] == f"{site.name}/0007"
+
+
+def test_grey_slice_replicated_into_three_channels(sites):
+    for site in sites:
+        images = _all(site, "images")
+        assert np.array_equal(images[:, 0], images[:, 1]), site.name
+        assert np.array_equal(images[:, 0], images[:, 2]), site.name
+
+
+def test_masks_binary_nonempty_and_plausibly_sized(sites):
+    for site in sites:
+        masks = _all(site, "masks")
+        assert set(np.unique(masks).tolist()) <= {0.0, 1.0}
+        area = masks[:, 0].mean(axis=(1, 2))
+        assert np.all(area > 0.005), site.name
+        assert np.all(area < 0.15), site.name
+
+
+def test_gland_is_darker_than_its_surroundings(sites):
+    for site in sites:
+        images, masks = _grey(site), _all(site, "masks")[:, 0] > 0
+        ring = masks.copy()
+        for _ in range(3):  # dilate by 3 px, 4-connected
+            grown = ring.copy()
+            grown[:, 1:] |= ring[:, :-1]
+            grown[:, :-1] |= ring[:, 1:]
+            grown[:, :, 1:] |= ring[:, :, :-1]
+            grown[:, :, :-1] |= ring[:, :, 1:]
+            ring = grown
+        ring &= ~masks
+        inside = (images * masks).sum(axis=(1, 2)) / masks.sum(axis=(1, 2))
+        around = (images * ring).sum(axis=(1, 2)) / ring.sum(axis=(1, 2))
+        assert np.mean(inside < around) > 0.9, site.name
+
+
+def test_gland_is_not_an_intensity_band(sites):
+    # Even with the band of gland intensities known (an oracle), thresholding
+    # also picks up background edges, rectum wall and texture.
+    for site in sites:
+        images, masks = _grey(site), _all(site, "masks")[:, 0] > 0
+        dice = []
+        for image, mask in zip(images, masks):
+            low, high = np.percentile(image[mask], [5, 95])
+            band = (image >= low) & (image <= high)
+            dice.append(2.0 * (band & mask).sum() / (band.sum() + mask.sum()))
+        assert np.mean(dice) < 0.85, site.name
+
+
+def test_deterministic_and_seed_dependent():
+    a = generate_site(2, image_size=48, scale=SCALE, seed=3)
+    b = generate_site(2, image_size=48, scale=SCALE, seed=3)
+    c = generate_site(2, image_size=48, scale=SCALE, seed=4)
+    for split in ("train", "val", "test"):
+        assert np.array_equal(getattr(a, split).images, getattr(b, split).images)
+        assert np.array_equal(getattr(a, split).masks, getattr(b, split).masks)
+        assert getattr(a, split).ids == getattr(b, split).ids
+    assert not np.array_equal(a.train.images, c.train.images)
+    assert not np.array_equal(a.train.masks, c.train.masks)
+
+
+def test_site_generated_alone_matches_site_in_federation(sites):
+    alone = generate_site(4, image_size=SIZE, scale=SCALE, seed=0)
+    assert np.array_equal(alone.test.images, sites[4].test.images)
+    assert np.array_equal(alone.test.masks, sites[4].test.masks)
+    first_two = generate_sites(num_sites=2, image_size=SIZE, scale=SCALE, seed=0)
+    assert np.array_equal(first_two[1].train.images, sites[1].train.images)
+
+
+@pytest.mark.parametrize(
+    ("site_index", "scale", "expected"),
+    [(2, 0.1, (8, 4, 4)), (0, 0.1, (14, 6, 6)), (1, 0.1, (20, 9, 9)), (0, 0.5, (66, 32, 32))],
+)
+def test_split_sizes(site_index, scale, expected):
+    site = generate_site(site_index, image_size=32, scale=scale)
+    assert (len(site.train), len(site.val), len(site.test)) == expected
+    assert sum(expected) == site_size(site_index, scale)
+
+
+def test_site_size():
+    assert site_size(0, 0.01) == 8
+    assert site_size(5, 1.0) == 175
+    assert site_size(3, 0.5) == round(468 * 0.5)
+    assert [site_size(i, 2.0) for i in range(6)] == [2 * n for n in PAPER_SITE_SIZES]
+
+
+def _f_statistic(groups):
+    """One-way ANOVA F: variance of site means over variance within sites."""
+    pooled = np.concatenate(groups)
+    between = sum(len(g) * (g.mean() - pooled.mean()) ** 2 for g in groups) / (len(groups) - 1)
+    within = sum(((g - g.mean()) ** 2).sum() for g in groups) / (len(pooled) - len(groups))
+    return between / within
+
+
+def test_sites_differ_mildly_compared_with_fundus(sites, fundus_sites):
+    per_image = [_grey(s).mean(axis=(1, 2)) for s in sites]
+    # The sites are not identical: site means differ beyond chance (F ~ 1 for
+    # six copies of one profile, about 6 here)...
+    assert _f_statistic(per_image) > 3.0
+    # ...but their mean intensities are far closer than the fundus sites' are.
+    prostate = [m.mean() for m in per_image]
+    fundus = [_all(s, "images").mean() for s in fundus_sites]
+    assert np.std(prostate) < 0.25 * np.std(fundus)
+
+
+def test_no_label_shift_gland_area_alike_across_sites(sites):
+    area = [_all(s, "masks").mean() for s in sites]
+    assert max(area) < 1.4 * min(area)
+
+
+def test_bias_field_direction_follows_site(sites):
+    # The anatomy is left-right symmetric on average: any asymmetry is bias.
+    asymmetry = []
+    for site, profile in zip(sites, PROSTATE_SITES):
+        images = _grey(site)
+        half = SIZE // 2
+        ratio = (images[:, :, half:].mean() - images[:, :, :half].mean()) / images.mean()
+        asymmetry.append(ratio)
+        horizontal = profile.bias_strength * math.cos(math.radians(profile.bias_angle))
+        if abs(horizontal) >= 0.1:
+            assert np.sign(ratio) == np.sign(horizontal) and abs(ratio) > 0.03, site.name
+        else:
+            assert abs(ratio) < 0.05, site.name
+    assert asymmetry[3] - asymmetry[2] > 0.1  # bias to the right vs to the left
+
+
+def test_background_noise_matches_site_noise_level(sites):
+    # In the air the signal is 0, so the Rician magnitude has mean sigma*sqrt(pi/2).
+    for site, profile in zip(sites, PROSTATE_SITES):
+        images = _grey(site)
+        corners = np.concatenate([images[:, :4, :4], images[:, :4, -4:],
+                                  images[:, -4:, :4], images[:, -4:, -4:]], axis=1)
+        sigma = corners.mean() / math.sqrt(math.pi / 2.0)
+        assert sigma == pytest.approx(profile.noise_std, rel=0.15), site.name
+
+
+def test_low_resolution_sites_are_blurrier(sites):
+    sharpness = [np.percentile(np.abs(np.diff(_grey(s), axis=2)), 99, axis=(1, 2)).mean()
+                 for s in sites]
+    # site-1 and site-3 are sharp; site-4 (1.5x voxels) and site-6 (2x) are not.
+    for sharp, blurred in itertools.product((0, 2), (3, 5)):
+        assert sharpness[sharp] > 1.3 * sharpness[blurred], (sharp, blurred)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: generate_site(-1), "site_index"),
+        (lambda: generate_site(6), "site_index"),
+        (lambda: generate_site(1.5), "site_index"),
+        (lambda: generate_site(True), "site_index"),
+        (lambda: generate_site(0, image_size=16), "image_size"),
+        (lambda: generate_site(0, scale=0.0), "scale"),
+        (lambda: generate_site(0, scale=-1.0), "scale"),
+        (lambda: generate_site(0, scale="0.5"), "scale"),
+        (lambda: generate_site(0, seed=-1), "seed"),
+        (lambda: site_size(7, 0.5), "site_index"),
+        (lambda: site_size(0, float("nan")), "scale"),
+        (lambda: generate_sites(num_sites=0), "num_sites"),
+        (lambda: generate_sites(num_sites=7), "num_sites"),
+    ],
+)
+def test_bad_arguments_raise(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_error_message_names_value_and_range():
+    with pytest.raises(ValueError, match=r"site_index must be an integer in 0\.\.5, got 9"):
+        generate_site(9)
+    with pytest.raises(ValueError, match=r"image_size must be an integer >= 32, got 31"):
+        generate_site(0, image_size=31)
+    with pytest.raises(ValueError, match=r"scale must be a finite number > 0, got inf"):
+        generate_site(0, scale=float("inf"))
