@@ -22,7 +22,7 @@ from fedsm_core.algorithms.global_client import GlobalClientOptions, train_globa
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
-from fedsm_core.data.registry import DatasetInfo, dataset_info
+from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model, evaluate_super_model
@@ -35,20 +35,21 @@ app = ClientApp()
 def _setup(context: Context) -> tuple[RunConfig, DatasetInfo, int, torch.device]:
     config = RunConfig.from_mapping(context.run_config)
     set_cpu_threads(config.torch_threads)
-    info = dataset_info(config.dataset, node_data_paths(context.node_config))
+    info = training_dataset(config.dataset, config.held_out_site, node_data_paths(context.node_config))
     return config, info, resolve_site_index(context.node_config, info.site_names), select_device(config.device)
 
 
 def _load_site(config: RunConfig, context: Context, site_index: int) -> SiteSplits:
     paths = tuple(sorted(node_data_paths(context.node_config).items()))
-    return _cached_site(config.dataset, paths, site_index, config.image_size, config.data_scale, config.data_seed)
+    return _cached_site(config.dataset, config.held_out_site, paths, site_index, config.image_size,
+                        config.data_scale, config.data_seed)
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_site(dataset: str, paths: tuple[tuple[str, str], ...], index: int, size: int, scale: float,
-                 seed: int) -> SiteSplits:
+def _cached_site(dataset: str, held_out: str, paths: tuple[tuple[str, str], ...], index: int, size: int,
+                 scale: float, seed: int) -> SiteSplits:
     # A worker process serves many messages of the same site: read real files once.
-    return dataset_info(dataset, dict(paths)).load_site(index, size, scale, seed)
+    return training_dataset(dataset, held_out, dict(paths)).load_site(index, size, scale, seed)
 
 
 def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:

@@ -36,7 +36,7 @@ from experiments.comparison_table import comparison_table, plot_curves, write_lo
 from fedsm_core.algorithms.fedsm_client import TrainSettings
 from fedsm_core.algorithms.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
-from fedsm_core.data.registry import dataset_info
+from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
 from fedsm_core.models.spec import ModelSpec
@@ -69,18 +69,27 @@ def _format_overrides(values: dict[str, object]) -> str:
                     for k, v in values.items())
 
 
-def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
-    """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
-    runs = out / "runs" / f"{method}-seed{seed}"
-    settings = {**overrides, "strategy": method, "seed": seed}
-    sites = dataset_info(RunConfig.from_mapping(settings).dataset).num_sites
+def launch_run(settings: dict[str, object], runs: Path, label: str) -> Path:
+    """One ``flwr run`` through ``scripts/run-simulation.sh``; returns its run folder.
+
+    The simulation gets one SuperNode per training site. Raises RuntimeError
+    with the end of the run's output when it fails.
+    """
+    config = RunConfig.from_mapping(settings)
+    sites = training_dataset(config.dataset, config.held_out_site).num_sites
     env = {**os.environ, "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(sites)}
     command = ["bash", str(ROOT / "scripts" / "run-simulation.sh"), _format_overrides(settings)]
-    print(f"[compare] {method} seed {seed}: {' '.join(command)}", flush=True)
+    print(f"[{label}] {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"{method} seed {seed} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    folder = max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+        raise RuntimeError(f"{label} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
+    """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
+    settings = {**overrides, "strategy": method, "seed": seed}
+    folder = launch_run(settings, out / "runs" / f"{method}-seed{seed}", f"compare {method} seed {seed}")
     with (folder / "metrics.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
     score = SCORE.get(method, "dice-global")

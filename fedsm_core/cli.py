@@ -5,6 +5,9 @@
     it is one site), e.g. ``fedsm check-data prostate-slices data/ProstateSlice``.
 ``fedsm check-data --federation SPEC.toml``
     The data doctor on every site of a federation spec.
+``fedsm predict --model BUNDLE --images DIR --out DIR``
+    Segment every image of DIR with a super-model bundle (one mask PNG per
+    image, same size, and ``predictions.csv`` with the routed model).
 
 Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
 bad arguments.
@@ -73,7 +76,31 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--mask-encoding", help="mask encoding, if not the layout's default")
     check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
                        help="'skip': report orphans without counting them as errors (as training with it would)")
+    predict = commands.add_parser("predict", help="segment a folder of images with a super-model bundle")
+    predict.add_argument("--model", type=Path, required=True, help="super_model.pt written by a FedSM run")
+    predict.add_argument("--images", type=Path, required=True, help="folder of images (any size)")
+    predict.add_argument("--out", type=Path, required=True, help="folder for the masks and predictions.csv")
+    predict.add_argument("--gamma", type=float, default=None, help="selector threshold (default: the bundle's)")
+    predict.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    predict.add_argument("--batch-size", type=int, default=8)
     return parser
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """``fedsm predict``: masks and a CSV; 1 if the bundle or any image could not be used."""
+    from fedsm_core.device import select_device
+    from fedsm_core.predict import predict_folder
+
+    try:
+        table, failures = predict_folder(args.model, args.images, args.out, args.gamma,
+                                         select_device(args.device), args.batch_size)
+    except (DataError, ValueError, FileNotFoundError) as error:
+        print(f"predict: {error}", file=sys.stderr)
+        return 1
+    for failure in failures:
+        print(f"predict: skipped: {failure}", file=sys.stderr)
+    print(f"predict: wrote masks and {table}" + (f"; {len(failures)} image(s) unreadable" if failures else ""))
+    return 1 if failures else 0
 
 
 def run_check_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -101,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-data":
         return run_check_data(args, parser)
+    if args.command == "predict":
+        return run_predict(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

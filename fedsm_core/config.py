@@ -33,6 +33,7 @@ class RunConfig:
     num_server_rounds: int = 30
     strategy: str = "fedsm"
     dataset: str = "synthetic-fundus"
+    held_out_site: str = ""
     image_size: int = 64
     data_scale: float = 0.5
     data_seed: int = 0

@@ -11,7 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from client_app import records
 from fedsm_core.config import RunConfig
-from fedsm_core.data.registry import dataset_info
+from fedsm_core.data.registry import training_dataset
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.reporting import write_summary
 from server_app.discovery import discover_sites
@@ -26,7 +26,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run the strategy of ``[tool.flwr.app.config]`` and write metrics, summary and model."""
     started = time.monotonic()
     config = RunConfig.from_mapping(context.run_config)
-    info = dataset_info(config.dataset)
+    info = training_dataset(config.dataset, config.held_out_site)
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))

@@ -23,7 +23,8 @@ def create_run_folder(config: RunConfig) -> Path:
     """
     base = Path(config.output_dir).expanduser().resolve()
     dataset = Path(config.dataset).stem if config.dataset.endswith(".toml") else config.dataset
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.strategy}-{dataset}"
+    without = f"-without-{config.held_out_site}" if config.held_out_site else ""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.strategy}-{dataset}{without}"
     for suffix in range(1000):
         folder = base / (stem if suffix == 0 else f"{stem}-{suffix}")
         try:

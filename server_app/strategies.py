@@ -58,7 +58,8 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
                              setup.on_evaluate, choose_gamma_on_validation=config.gamma_selection == "validation")
 
     def save(folder: Path) -> Path:
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda}
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda,
+                 "held-out-site": config.held_out_site, "preprocessing": info.preprocessing}
         bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, strategy.gamma, config.image_size, extra)
         personalized = [fedsm.personalized[name] for name in info.site_names]
         return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized, fedsm.selector_weights)
@@ -80,6 +81,7 @@ def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
 
     def save(folder: Path) -> Path:
         extra = {"dataset": config.dataset, "rounds": total, "softpull-lambda": config.softpull_lambda,
+                 "held-out-site": config.held_out_site, "preprocessing": info.preprocessing,
                  SELECTOR_INCLUDES_GLOBAL: True}
         bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, 0.0, config.image_size, extra)
         personalized = [fedsm.personalized[name] for name in info.site_names]

@@ -27,11 +27,16 @@ class DatasetInfo:
         One name per output channel of the U-Net.
     load_site : callable
         ``load_site(site_index, image_size, scale, seed) -> SiteSplits``.
+    preprocessing : str
+        How image files map to model input, for ``fedsm predict``:
+        ``"unit"`` (8-bit values / 255, the generated datasets) or
+        ``"percentile"`` (the per-image window of the real sources).
     """
 
     site_names: tuple[str, ...]
     structures: tuple[str, ...]
     load_site: Callable[[int, int, float, int], SiteSplits]
+    preprocessing: str = "unit"
 
     @property
     def num_sites(self) -> int:
@@ -92,7 +97,33 @@ def _federation(spec: FederationSpec, data_paths: Mapping[str, str | Path]) -> D
         return require_every_split(data_source(site.source).load(Path(path), size, seed, site.options, site.name),
                                    path)
 
-    return DatasetInfo(spec.site_names, spec.structures(), load_site)
+    return DatasetInfo(spec.site_names, spec.structures(), load_site, preprocessing="percentile")
+
+
+def hold_out(info: DatasetInfo, site_name: str) -> DatasetInfo:
+    """``info`` without the site ``site_name``: the federation that trains without it.
+
+    The remaining sites keep their order and their own data; site index ``i``
+    of the result loads the ``i``-th remaining site. An empty ``site_name``
+    returns ``info`` unchanged.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not a site, or when fewer than two sites would remain.
+    """
+    if not site_name:
+        return info
+    if site_name not in info.site_names:
+        raise ValueError(f"held-out-site = '{site_name}' is not a site of the dataset {list(info.site_names)}")
+    if info.num_sites < 3:
+        raise ValueError(f"held-out-site = '{site_name}' would leave {info.num_sites - 1} site; FedSM needs two or more")
+    kept = [i for i, name in enumerate(info.site_names) if name != site_name]
+    return dataclasses.replace(
+        info,
+        site_names=tuple(info.site_names[i] for i in kept),
+        load_site=lambda index, size, scale, seed: info.load_site(kept[index], size, scale, seed),
+    )
 
 
 def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) -> DatasetInfo:
@@ -117,3 +148,9 @@ def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) 
         raise ValueError(f"dataset = '{name}' is unknown; known datasets: {sorted(DATASETS)} "
                          "or the path of a federation spec (*.toml)")
     return DATASETS[name]()
+
+
+def training_dataset(dataset: str, held_out_site: str = "",
+                     data_paths: Mapping[str, str | Path] | None = None) -> DatasetInfo:
+    """The sites a run trains on: ``dataset`` without ``held_out_site`` (run-config keys)."""
+    return hold_out(dataset_info(dataset, data_paths), held_out_site)
