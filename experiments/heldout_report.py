@@ -32,7 +32,13 @@ def result_rows(result: HeldOutResult) -> list[dict[str, object]]:
 
 def result_table(results: Sequence[HeldOutResult]) -> list[str]:
     """Markdown: selection frequencies (Table 5 layout), then Dice per gamma choice."""
-    models = ["global", *[k for k in results[0].frequencies["zero"] if k != "global"]] if results else []
+    models = ["global"]  # every run's training sites (each run lacks its held-out one), in site order
+    for r in results:
+        previous = "global"
+        for key in r.frequencies["zero"]:
+            if key not in models:
+                models.insert(models.index(previous) + 1, key)
+            previous = key
     lines = ["Share of test images routed to each model", "",
              "| held-out site | gamma | " + " | ".join(models) + " |", "|---" * (len(models) + 2) + "|"]
     for r in results:

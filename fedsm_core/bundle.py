@@ -103,8 +103,8 @@ def load_bundle(path: str | Path, device: torch.device | str = "cpu") -> tuple[S
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types for damaged files
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"'{path}' is not a readable FedSM bundle ({type(error).__name__}: {first_line}); "
+        # torch's own advice (weights_only=False) would run untrusted pickles: name the problem only.
+        raise ValueError(f"'{path}' is not a readable FedSM bundle ({type(error).__name__}); "
                          "pass the super_model.pt written by a finished FedSM run") from None
     if not isinstance(payload, dict) or payload.get("format") != BUNDLE_FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__

@@ -94,7 +94,7 @@ def run_predict(args: argparse.Namespace) -> int:
     try:
         table, failures = predict_folder(args.model, args.images, args.out, args.gamma,
                                          select_device(args.device), args.batch_size)
-    except (DataError, ValueError, FileNotFoundError) as error:
+    except (DataError, ValueError, OSError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 1
     for failure in failures:

@@ -59,6 +59,8 @@ class RunConfig:
     device: str = "auto"
     torch_threads: int = 1
     round_timeout: float = 3600.0
+    min_replies: int = 1
+    resume_from: str = ""
 
     def __post_init__(self) -> None:
         _check_choice("strategy", self.strategy, STRATEGIES)
@@ -87,6 +89,7 @@ class RunConfig:
         _check_range("eval-every", self.eval_every, 1, 100_000)
         _check_range("torch-threads", self.torch_threads, 0, 1024)
         _check_range("round-timeout", self.round_timeout, 1.0, 10**7)
+        _check_range("min-replies", self.min_replies, 1, 100_000)
         if not self.output_dir:
             raise ValueError(f"output-dir is empty; {WHERE}")
 

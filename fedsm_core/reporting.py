@@ -40,8 +40,16 @@ class MetricsLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rows: list[tuple] = []
         with self.path.open("w", newline="") as handle:
             csv.writer(handle).writerow(CSV_COLUMNS)
+
+    def extend(self, rows: Sequence[Sequence[object]]) -> None:
+        """Append rows as they are (the history of an interrupted run, when resuming)."""
+        rows = [tuple(row) for row in rows]
+        self.rows += rows
+        with self.path.open("a", newline="") as handle:
+            csv.writer(handle).writerows(rows)
 
     def add(self, server_round: int, split: str, per_site: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
         """Write one round of per-site metrics plus their pooled values; return the pooled ones."""
@@ -51,8 +59,7 @@ class MetricsLog:
             for site, metrics in [*per_site.items(), (POOLED, pooled)]
             for name, value in sorted(metrics.items())
         ]
-        with self.path.open("a", newline="") as handle:
-            csv.writer(handle).writerows(rows)
+        self.extend(rows)
         return pooled
 
 

@@ -9,16 +9,27 @@ from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from client_app import records
+from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.reporting import write_summary
 from server_app.discovery import discover_sites
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
+from server_app.site_strategy import SiteStrategy
 from server_app.strategies import Setup, build_strategy
 
 app = ServerApp()
+
+
+def resume(strategy: SiteStrategy, config: RunConfig, sites: tuple[str, ...], reporter: ProgressReporter) -> int:
+    """Load ``resume-from`` into ``strategy`` and the metrics log; return the first round to run."""
+    state = load_checkpoint(config.resume_from)
+    check_resumable(state, config.to_mapping(), sites, strategy.num_rounds, config.resume_from)
+    strategy.load_state_dict(state["state"])
+    reporter.metrics.extend(state["metrics"])
+    log(INFO, "Resuming from %s after round %d", config.resume_from, state["round"])
+    return int(state["round"]) + 1
 
 
 @app.main()
@@ -35,12 +46,15 @@ def main(grid: Grid, context: Context) -> None:
     reporter = ProgressReporter(folder, config.num_server_rounds)
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
     reporter.num_rounds = strategy.num_rounds
-    strategy.start(
-        grid=grid,
-        initial_arrays=records.to_record({}),
-        num_rounds=strategy.num_rounds,
-        timeout=config.round_timeout,
-    )
+    strategy.min_replies = config.min_replies
+    first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
+    checkpoint = folder / CHECKPOINT_FILE
+
+    def after_round(server_round: int) -> None:
+        save_checkpoint(checkpoint, server_round, config.to_mapping(), info.site_names, strategy.name,
+                        strategy.state_dict(), reporter.metrics.rows)
+
+    strategy.run(grid, first_round, config.round_timeout, after_round)
     validation_notes = strategy.finish_validation()
     test_replies = grid.send_and_receive(strategy.evaluation_messages("test"), timeout=config.round_timeout)
     strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)

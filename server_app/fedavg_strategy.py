@@ -72,8 +72,7 @@ class FedAvgStrategy(SiteStrategy):
             if decoded is not None:
                 accepted.append((site, reply, decoded[records.GLOBAL]))
         self.note_absent(server_round, [site for site, _, _ in accepted])
-        if not accepted:
-            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        self.require_replies(server_round, len(accepted))
         sizes = [int(reply.content[records.METRICS]["num-examples"]) for _, reply, _ in accepted]
         self.global_weights = weighted_average([weights for _, _, weights in accepted], sizes)
         self.after_aggregation([reply for _, reply, _ in accepted])
@@ -83,6 +82,15 @@ class FedAvgStrategy(SiteStrategy):
     def expected_records(self) -> dict[str, Weights]:
         """Array records a reply must hold, with the layout they must have."""
         return {records.GLOBAL: self.global_weights}
+
+    def state_dict(self) -> dict[str, object]:
+        """The base state plus the global model."""
+        return {**super().state_dict(), "global": self.global_weights}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        self.global_weights = state["global"]
 
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Hook for strategies that keep more server state than the model."""
@@ -117,6 +125,19 @@ class ScaffoldStrategy(FedAvgStrategy):
     def expected_records(self) -> dict[str, Weights]:
         """The model and the control-variate delta."""
         return {**super().expected_records(), records.CONTROL_DELTA: self.server_control}
+
+    def state_dict(self) -> dict[str, object]:
+        """FedAvg's state plus the server control variate ``c``.
+
+        The sites' own ``c_k`` live on the nodes and restart from zero in a
+        resumed run (a new run), as they would for a site that joins late.
+        """
+        return {**super().state_dict(), "server-control": self.server_control}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        self.server_control = state["server-control"]
 
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Move ``c`` by the mean control-variate delta over all N sites."""

@@ -82,8 +82,7 @@ class FedSMExtraStrategy(FedSMStrategy):
             if decoded is not None:
                 accepted.append((reply, decoded[records.SELECTOR]))
         self.note_absent(server_round, [self.site_of(reply) for reply, _ in accepted])
-        if not accepted:
-            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        self.require_replies(server_round, len(accepted))
         equal = [1.0] * len(accepted)
         self.extra_selector = weighted_average([weights for _, weights in accepted], equal)
         self.extra_optimizer = weighted_average(
@@ -91,6 +90,16 @@ class FedSMExtraStrategy(FedSMStrategy):
         )
         log(INFO, "round %d (extra): %d/%d sites trained the selector", server_round, len(accepted), len(self.nodes))
         return records.to_record(self.fedsm.global_weights), self.mean_metrics([reply for reply, _ in accepted])
+
+    def state_dict(self) -> dict[str, object]:
+        """FedSM's state plus the K + 1-output selector and its moments."""
+        return {**super().state_dict(), "extra-selector": self.extra_selector, "extra-optimizer": self.extra_optimizer}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        self.extra_selector = state["extra-selector"]
+        self.extra_optimizer = state["extra-optimizer"]
 
     def _models_content(self) -> dict[str, ArrayRecord]:
         return {

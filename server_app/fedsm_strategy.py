@@ -104,12 +104,27 @@ class FedSMStrategy(SiteStrategy):
             )
             accepted.append(reply)
         self.note_absent(server_round, updates)
-        if not updates:
-            raise RuntimeError(f"round {server_round}: no valid reply from any site; see the log lines above")
+        self.require_replies(server_round, len(updates))
         self.fedsm.aggregate(updates)
         metrics = self.mean_metrics(accepted)
         log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))
         return records.to_record(self.fedsm.global_weights), metrics
+
+    def state_dict(self) -> dict[str, object]:
+        """The base state plus the super model, the selector's moments and gamma."""
+        return {**super().state_dict(), "global": self.fedsm.global_weights, "personalized": self.fedsm.personalized,
+                "selector": self.fedsm.selector_weights, "selector-optimizer": self.fedsm.selector_optimizer,
+                "gamma": self.gamma, "last-counts": self.last_counts}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state)
+        self.fedsm.global_weights = state["global"]
+        self.fedsm.personalized = dict(state["personalized"])
+        self.fedsm.selector_weights = state["selector"]
+        self.fedsm.selector_optimizer = state["selector-optimizer"]
+        self.gamma = float(state["gamma"])
+        self.last_counts = dict(state["last-counts"])
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The whole super model: global, every personalized model, selector and gamma."""

@@ -50,6 +50,45 @@ class SiteStrategy(Strategy):
         self.on_evaluate = on_evaluate
         self.missed: list[tuple[int, str, str]] = []
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.min_replies = 1
+
+    def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], None]) -> None:
+        """Rounds ``first_round .. num_rounds``: train, aggregate, evaluate, then ``after_round(r)``.
+
+        Flower's ``Strategy.start`` always begins at round 1; a resumed run
+        begins after its checkpoint's round, so the loop is the app's own.
+        It calls the same strategy methods as ``start`` does.
+        """
+        self.summary()
+        for server_round in range(first_round, self.num_rounds + 1):
+            log(INFO, "[ROUND %d/%d]", server_round, self.num_rounds)
+            arrays, config = ArrayRecord(), ConfigRecord()
+            replies = grid.send_and_receive(self.configure_train(server_round, arrays, config, grid), timeout=timeout)
+            self.aggregate_train(server_round, replies)
+            messages = list(self.configure_evaluate(server_round, arrays, config, grid))
+            if messages:
+                self.aggregate_evaluate(server_round, grid.send_and_receive(messages, timeout=timeout))
+            after_round(server_round)
+
+    def require_replies(self, server_round: int, accepted: int) -> None:
+        """Stop the run when fewer than ``min_replies`` valid replies came in this round.
+
+        The checkpoint of the previous round stays on disk, so the run can be
+        resumed (``resume-from``) once the sites are back.
+        """
+        if accepted < self.min_replies:
+            raise RuntimeError(f"round {server_round}: {accepted} valid repl(ies), fewer than min-replies = "
+                               f"{self.min_replies}; see the log lines above. Resume from the last checkpoint "
+                               "(resume-from) when enough sites are reachable")
+
+    def state_dict(self) -> dict[str, object]:
+        """Everything needed to continue after the current round (see :mod:`fedsm_core.checkpoint`)."""
+        return {"missed": [list(m) for m in self.missed], "latest-lists": self.latest_lists}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.missed = [(int(r), str(site), str(why)) for r, site, why in state["missed"]]
+        self.latest_lists = state["latest-lists"]
 
     def summary(self) -> None:
         """Log the configuration."""

@@ -55,7 +55,9 @@ class FedSM:
       own label, and without shared moments each pulls the selector its way);
     * personalized models: SoftPull with coefficient ``lam`` over all K sites,
       ``w_p,k <- lam w_p,k + (1 - lam)/(K - 1) sum_{k' != k} w_p,k'``; a site
-      that did not reply keeps its previous model as its input to SoftPull.
+      that did not reply (failed, timed out or was rejected) keeps its
+      personalized model unchanged, and that model is its input to the
+      other sites' SoftPull.
 
     Parameters
     ----------
@@ -120,7 +122,9 @@ class FedSM:
         if all(u.selector_optimizer for u in replies):
             selector_optimizer = weighted_average([u.selector_optimizer for u in replies], selector_sizes)
         personalized = {**self.personalized, **{site: u.personal_weights for site, u in updates.items()}}
-        self.personalized = soft_pull(personalized, self.lam)
+        pulled = soft_pull(personalized, self.lam)
+        self.personalized = {site: pulled[site] if site in updates else self.personalized[site]
+                             for site in self.site_names}
         self.global_weights, self.selector_weights = global_weights, selector_weights
         self.selector_optimizer = selector_optimizer
 

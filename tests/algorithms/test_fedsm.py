@@ -139,7 +139,7 @@ def test_aggregate_personalized_when_all_sites_reply_is_soft_pull_of_replies():
         assert server.personalized[site]["count"].dtype == np.int64
 
 
-def test_site_that_did_not_reply_keeps_its_previous_model_as_softpull_input():
+def test_site_that_did_not_reply_keeps_its_model_and_it_is_the_others_softpull_input():
     # Prepare
     server = _server(lam=0.5)
 
@@ -150,10 +150,10 @@ def test_site_that_did_not_reply_keeps_its_previous_model_as_softpull_input():
     # SoftPull inputs: a = [4, 8], b = [2, 0], c = previous model [0, 0]; K = 3, lam = 0.5, others weigh 0.25
     #   a: 0.5 * [4, 8] + 0.25 * ([2, 0] + [0, 0]) = [2.0, 4.0] + [0.5, 0.0] = [2.5, 4.0]
     #   b: 0.5 * [2, 0] + 0.25 * ([4, 8] + [0, 0]) = [1.0, 0.0] + [1.0, 2.0] = [2.0, 2.0]
-    #   c: 0.5 * [0, 0] + 0.25 * ([4, 8] + [2, 0]) = [0.0, 0.0] + [1.5, 2.0] = [1.5, 2.0]
+    #   c did not train this round: its model stays [0, 0]
     np.testing.assert_array_equal(server.personalized["a"]["w"], [2.5, 4.0])
     np.testing.assert_array_equal(server.personalized["b"]["w"], [2.0, 2.0])
-    np.testing.assert_array_equal(server.personalized["c"]["w"], [1.5, 2.0])
+    np.testing.assert_array_equal(server.personalized["c"]["w"], [0.0, 0.0])
     assert int(server.personalized["c"]["count"]) == 0  # integer buffers kept per site
     assert int(server.personalized["a"]["count"]) == 1
 
@@ -176,10 +176,10 @@ def test_silent_site_over_two_rounds_matches_soft_pull_by_hand():
     expected = soft_pull(
         {"a": second["a"].personal_weights, "b": previous_b, "c": second["c"].personal_weights}, 0.5
     )
-    for site in SITES:
+    for site in ("a", "c"):
         np.testing.assert_array_equal(server.personalized[site]["w"], expected[site]["w"])
-    # b: 0.5 * [2, 2] + 0.25 * ([8, 0] + [0, 8]) = [3, 3]
-    np.testing.assert_array_equal(server.personalized["b"]["w"], [3.0, 3.0])
+    # b is silent: unchanged, but its model enters a's and c's SoftPull
+    np.testing.assert_array_equal(server.personalized["b"]["w"], previous_b["w"])
     assert not np.array_equal(previous_c["w"], server.personalized["c"]["w"])
 
 
@@ -196,7 +196,7 @@ def test_payload_for_returns_the_sites_own_personalized_model():
         np.testing.assert_array_equal(payloads[site].personal_weights["w"], server.personalized[site]["w"])
         np.testing.assert_array_equal(payloads[site].global_weights["w"], [1.0, 3.0])
     np.testing.assert_array_equal(payloads["a"].personal_weights["w"], [2.5, 4.0])
-    np.testing.assert_array_equal(payloads["c"].personal_weights["w"], [1.5, 2.0])
+    np.testing.assert_array_equal(payloads["c"].personal_weights["w"], [0.0, 0.0])
 
 
 def test_payload_for_unknown_site_raises():

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Stop the SuperLink / SuperNodes started by the deploy/ scripts.
+#
+# Usage: deploy/stop.sh STATE_DIR
+#   Stops every process named by a STATE_DIR/*.pid file together with its children
+#   (SuperExec, ServerApp and ClientApp processes): SIGTERM, up to $STOP_WAIT_S s
+#   (default 15), then SIGKILL; removes the PID files. A PID file whose process is
+#   gone, or is no longer a Flower process, is only removed.
+set -euo pipefail
+[ $# -eq 1 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ -d "$1" ] || { echo "stop: $1 is not a folder" >&2; exit 1; }
+
+descendants() {  # every child, grandchild, ... of $1
+  local child
+  for child in $(pgrep -P "$1" || true); do echo "$child"; descendants "$child"; done
+}
+alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && echo "$p"; done; return 0; }
+
+shopt -s nullglob
+for pidfile in "$1"/*.pid; do
+  pid="$(cat "$pidfile")"
+  if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" | grep -q flower; then
+    tree="$pid $(descendants "$pid" | tr '\n' ' ')"
+    kill -TERM "$pid" 2>/dev/null || true  # the parent first: it stops its SuperExec cleanly
+    for _ in $(seq $((${STOP_WAIT_S:-15} * 5))); do
+      [ -z "$(alive $tree)" ] && break
+      kill -0 "$pid" 2>/dev/null || kill -TERM $(alive $tree) 2>/dev/null || true
+      sleep 0.2
+    done
+    left="$(alive $tree)"
+    [ -z "$left" ] || { echo "stop: killing $(echo $left) (did not stop on SIGTERM)" >&2; kill -KILL $left 2>/dev/null || true; }
+    echo "stop: stopped $(basename "$pidfile" .pid) (PID $pid)"
+  fi
+  rm -f "$pidfile"
+done
