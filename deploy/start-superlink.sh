@@ -31,10 +31,13 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "start-superlink: already running (PID $(cat "$pidfile")); stop it with deploy/stop.sh $state" >&2; exit 1
 fi
 
+# setsid: its own session, so deploy/stop.sh finds every process it starts. The database
+# is a SQLite URL to raise SQLite's lock timeout from 5 s: on a busy machine Flower's
+# default made requests fail with "database is locked" (HTTP 500) and its SuperExec exit.
 cd "$state"
-nohup flower-superlink --ssl-ca-certfile "$cred/ca.crt" --ssl-certfile "$cred/server.crt" \
+setsid nohup flower-superlink --ssl-ca-certfile "$cred/ca.crt" --ssl-certfile "$cred/server.crt" \
   --ssl-keyfile "$cred/server.key" --enable-supernode-auth --disable-runtime-dependency-installation \
-  --database "$state/superlink.db" --host "$bind" --port "$port" \
+  --database "sqlite:///$state/superlink.db?timeout=60" --host "$bind" --port "$port" \
   </dev/null >>"$state/superlink.log" 2>&1 &
 pid=$!
 echo "$pid" >"$pidfile"

@@ -37,7 +37,7 @@ fi
 
 cd "$state"
 : >"$log"
-nohup flower-supernode --root-certificates "$cred/ca.crt" --superlink "$address" --port "$port" \
+setsid nohup flower-supernode --root-certificates "$cred/ca.crt" --superlink "$address" --port "$port" \
   --auth-supernode-private-key "$cred/supernode-$site" \
   --node-config "site-name='$site' data-path='$data'" </dev/null >>"$log" 2>&1 &
 pid=$!

@@ -2,17 +2,23 @@
 # Stop the SuperLink / SuperNodes started by the deploy/ scripts.
 #
 # Usage: deploy/stop.sh STATE_DIR
-#   Stops every process named by a STATE_DIR/*.pid file together with its children
-#   (SuperExec, ServerApp and ClientApp processes): SIGTERM, up to $STOP_WAIT_S s
-#   (default 15), then SIGKILL; removes the PID files. A PID file whose process is
-#   gone, or is no longer a Flower process, is only removed.
+#   Stops every process named by a STATE_DIR/*.pid file together with its children and
+#   the sessions they lead (SuperExec, ServerApp and ClientApp processes, also those a
+#   crashed SuperExec left behind): SIGTERM, up to $STOP_WAIT_S s (default 15), then
+#   SIGKILL; removes the PID files. A PID file whose process is gone, or is no longer a
+#   Flower process, is only removed.
 set -euo pipefail
-[ $# -eq 1 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ -d "$1" ] || { echo "stop: $1 is not a folder" >&2; exit 1; }
 
 descendants() {  # every child, grandchild, ... of $1
   local child
   for child in $(pgrep -P "$1" || true); do echo "$child"; descendants "$child"; done
+}
+family() {  # $1, its descendants and every process of a session one of them leads
+  local p tree
+  tree="$1 $(descendants "$1")"
+  { for p in $tree; do echo "$p"; pgrep -s "$p" || true; done; } | sort -u | tr '\n' ' '
 }
 alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && echo "$p"; done; return 0; }
 
@@ -20,7 +26,7 @@ shopt -s nullglob
 for pidfile in "$1"/*.pid; do
   pid="$(cat "$pidfile")"
   if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" | grep -q flower; then
-    tree="$pid $(descendants "$pid" | tr '\n' ' ')"
+    tree="$(family "$pid")"
     kill -TERM "$pid" 2>/dev/null || true  # the parent first: it stops its SuperExec cleanly
     for _ in $(seq $((${STOP_WAIT_S:-15} * 5))); do
       [ -z "$(alive $tree)" ] && break

@@ -1,0 +1,61 @@
+"""Sites, replies and records for server-strategy tests (no Flower runtime, no models).
+
+The strategies accept any weight dictionaries, so the tests use tiny float64
+arrays whose averages can be computed by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from flwr.app import Error, Message, MessageType, RecordDict
+
+from client_app import records
+from fedsm_core.data.statistics import ChannelStatistics
+from server_app.discovery import SiteNode
+
+PIXELS = ChannelStatistics(1, (0.0,), (1.0,))
+NODES = [
+    SiteNode(101, 0, "site-a", 10, 2, 2, PIXELS),
+    SiteNode(102, 1, "site-b", 30, 2, 2, PIXELS),
+    SiteNode(103, 2, "site-c", 20, 2, 2, PIXELS),
+]
+NODE = {node.site_name: node.node_id for node in NODES}
+
+
+def w(*values: float) -> dict[str, np.ndarray]:
+    """A one-array weight dictionary ``{"w": float64 array}``."""
+    return {"w": np.array(values, dtype=np.float64)}
+
+
+def reply(node_id: int, content: Mapping[str, object], message_type: str = MessageType.TRAIN) -> Message:
+    """What node ``node_id`` answers to a message of ``message_type`` (its ``src_node_id`` is the node)."""
+    outgoing = Message(RecordDict(), message_type=message_type, dst_node_id=node_id)
+    return Message(RecordDict(dict(content)), reply_to=outgoing)
+
+
+def error_reply(node_id: int, reason: str, message_type: str = MessageType.TRAIN) -> Message:
+    """A reply that carries a client error instead of content."""
+    outgoing = Message(RecordDict(), message_type=message_type, dst_node_id=node_id)
+    return Message(Error(code=0, reason=reason), reply_to=outgoing)
+
+
+def train_metrics(num_examples: int, loss: float = 1.0):
+    """The METRICS record of a training reply."""
+    return records.to_metrics({"loss": loss, "num-examples": num_examples})
+
+
+def eval_metrics(dice: float, num_images: int = 2):
+    """The METRICS record of an evaluation reply."""
+    return records.to_metrics({"dice": dice, "num-images": num_images})
+
+
+class EvaluationLog:
+    """An ``on_evaluate`` sink that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str, dict[str, dict[str, float]]]] = []
+
+    def __call__(self, server_round: int, split: str, per_site: dict[str, dict[str, float]]) -> None:
+        self.calls.append((server_round, split, per_site))

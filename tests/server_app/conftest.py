@@ -1,0 +1,15 @@
+"""Messages built outside a running Flower process need a task identity."""
+
+from __future__ import annotations
+
+import pytest
+from flwr.supercore.task_identity import TaskIdentity
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    """Give this process the identity the Flower runtime would set for the server (run 1, node 1, task 1)."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
