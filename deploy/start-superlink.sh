@@ -3,15 +3,19 @@
 #
 # Usage: deploy/start-superlink.sh CRED_DIR STATE_DIR [PORT]
 #   CRED_DIR   folder of make-credentials.sh (uses ca.crt, server.crt, server.key)
-#   STATE_DIR  gets superlink.db (runs, registered SuperNode keys), superlink.log, superlink.pid;
-#              the SuperLink runs in it (the ServerApp's working folder)
+#   STATE_DIR  gets superlink.log and superlink.pid; the SuperLink runs in it (the
+#              ServerApp's working folder)
 #   PORT       Fleet, Control and Runtime API port (default 9093)
 # Waits until the SuperLink accepts connections (at most $WAIT_S s, default 60); exits 1
 # with the end of its log otherwise. Stop it with deploy/stop.sh STATE_DIR.
+# State (runs, registered keys, messages) is in memory: register the sites again after a
+# restart. SUPERLINK_DATABASE=STATE_DIR/superlink.db keeps it in SQLite instead, but messages
+# then go through that file too, and on a busy machine requests failed with "database is
+# locked" (Flower's 5 s SQLite busy timeout), which stalled or killed runs.
 # Environment: SUPERLINK_BIND (listen address, default 127.0.0.1; 0.0.0.0 for remote
-# SuperNodes), FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S.
+# SuperNodes), SUPERLINK_DATABASE, FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S.
 set -euo pipefail
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
 here="$(cd "$(dirname "$0")" && pwd)"
 cred="$(cd "$1" && pwd)"
@@ -31,13 +35,13 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "start-superlink: already running (PID $(cat "$pidfile")); stop it with deploy/stop.sh $state" >&2; exit 1
 fi
 
-# setsid: its own session, so deploy/stop.sh finds every process it starts. The database
-# is a SQLite URL to raise SQLite's lock timeout from 5 s: on a busy machine Flower's
-# default made requests fail with "database is locked" (HTTP 500) and its SuperExec exit.
-cd "$state"
+database=()
+[ -z "${SUPERLINK_DATABASE:-}" ] || database=(--database "$SUPERLINK_DATABASE")
+
+cd "$state"  # setsid: its own session, so deploy/stop.sh finds every process it starts
 setsid nohup flower-superlink --ssl-ca-certfile "$cred/ca.crt" --ssl-certfile "$cred/server.crt" \
   --ssl-keyfile "$cred/server.key" --enable-supernode-auth --disable-runtime-dependency-installation \
-  --database "sqlite:///$state/superlink.db?timeout=60" --host "$bind" --port "$port" \
+  "${database[@]}" --host "$bind" --port "$port" \
   </dev/null >>"$state/superlink.log" 2>&1 &
 pid=$!
 echo "$pid" >"$pidfile"

@@ -2,7 +2,7 @@
 # Stop the SuperLink / SuperNodes started by the deploy/ scripts.
 #
 # Usage: deploy/stop.sh STATE_DIR
-#   Stops every process named by a STATE_DIR/*.pid file together with its children and
+#   Stops every process named by a STATE_DIR/{supernode-*,superlink}.pid file together with its children and
 #   the sessions they lead (SuperExec, ServerApp and ClientApp processes, also those a
 #   crashed SuperExec left behind): SIGTERM, up to $STOP_WAIT_S s (default 15), then
 #   SIGKILL; removes the PID files. A PID file whose process is gone, or is no longer a
@@ -23,7 +23,7 @@ family() {  # $1, its descendants and every process of a session one of them lea
 alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && echo "$p"; done; return 0; }
 
 shopt -s nullglob
-for pidfile in "$1"/*.pid; do
+for pidfile in "$1"/supernode-*.pid "$1"/superlink.pid; do  # SuperNodes first: they sign off
   pid="$(cat "$pidfile")"
   if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" | grep -q flower; then
     tree="$(family "$pid")"

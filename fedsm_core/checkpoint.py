@@ -102,12 +102,15 @@ def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any]
         sites differ, or the checkpoint already reached ``total_rounds``.
     """
     saved = checkpoint["run-config"]
-    changed = sorted(k for k in set(saved) | set(run_config)
-                     if k not in RESUMABLE_CHANGES and saved.get(k) != run_config.get(k))
+    allowed = set(RESUMABLE_CHANGES)
+    if run_config.get("strategy") == "fedsm-extra":
+        # num-server-rounds is where FedSM-extra switches from models to the selector: only extend the extra rounds.
+        allowed = (allowed - {"num-server-rounds"}) | {"extra-rounds"}
+    changed = sorted(k for k in set(saved) | set(run_config) if k not in allowed and saved.get(k) != run_config.get(k))
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {run_config.get(k)!r}" for k in changed)
         raise ValueError(f"resume-from = '{path}': the run config differs from the checkpoint's in {details}; "
-                         f"only {sorted(RESUMABLE_CHANGES)} may change when resuming")
+                         f"only {sorted(allowed)} may change when resuming")
     if list(checkpoint["sites"]) != list(sites):
         raise ValueError(f"resume-from = '{path}': checkpoint sites {checkpoint['sites']} differ from this "
                          f"federation's {list(sites)}")

@@ -66,14 +66,16 @@ class FedAvgStrategy(SiteStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Weighted average of the valid replies."""
         accepted: list[tuple[str, Message, Weights]] = []
+        sizes: list[int] = []
         for reply in replies:
             site = self.site_of(reply)
             decoded = self.decode_weights(server_round, site, reply, self.expected_records())
-            if decoded is not None:
+            size = self.num_examples(server_round, site, reply) if decoded is not None else None
+            if decoded is not None and size is not None:
                 accepted.append((site, reply, decoded[records.GLOBAL]))
+                sizes.append(size)
         self.note_absent(server_round, [site for site, _, _ in accepted])
         self.require_replies(server_round, len(accepted))
-        sizes = [int(reply.content[records.METRICS]["num-examples"]) for _, reply, _ in accepted]
         self.global_weights = weighted_average([weights for _, _, weights in accepted], sizes)
         self.after_aggregation([reply for _, reply, _ in accepted])
         log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))

@@ -76,18 +76,17 @@ class FedSMExtraStrategy(FedSMStrategy):
         """FedSM aggregation up to round R; afterwards the selector and its moments, per site alike."""
         if server_round <= self.model_rounds:
             return super().aggregate_train(server_round, replies)
-        accepted: list[tuple[Message, Weights]] = []
+        accepted: list[tuple[Message, dict[str, Weights]]] = []
         for reply in replies:
-            decoded = self.decode_weights(server_round, self.site_of(reply), reply, {records.SELECTOR: self.extra_selector})
+            decoded = self.decode_weights(server_round, self.site_of(reply), reply,
+                                          {records.SELECTOR: self.extra_selector, records.SELECTOR_OPTIMIZER: None})
             if decoded is not None:
-                accepted.append((reply, decoded[records.SELECTOR]))
+                accepted.append((reply, decoded))
         self.note_absent(server_round, [self.site_of(reply) for reply, _ in accepted])
         self.require_replies(server_round, len(accepted))
         equal = [1.0] * len(accepted)
-        self.extra_selector = weighted_average([weights for _, weights in accepted], equal)
-        self.extra_optimizer = weighted_average(
-            [records.from_record(reply.content[records.SELECTOR_OPTIMIZER]) for reply, _ in accepted], equal
-        )
+        self.extra_selector = weighted_average([decoded[records.SELECTOR] for _, decoded in accepted], equal)
+        self.extra_optimizer = weighted_average([decoded[records.SELECTOR_OPTIMIZER] for _, decoded in accepted], equal)
         log(INFO, "round %d (extra): %d/%d sites trained the selector", server_round, len(accepted), len(self.nodes))
         return records.to_record(self.fedsm.global_weights), self.mean_metrics([reply for reply, _ in accepted])
 

@@ -87,6 +87,7 @@ class FedSMStrategy(SiteStrategy):
             records.GLOBAL: self.fedsm.global_weights,
             records.PERSONAL: self.fedsm.global_weights,
             records.SELECTOR: self.fedsm.selector_weights,
+            records.SELECTOR_OPTIMIZER: None,  # averaged into the moments every site gets: must be finite
         }
         updates: dict[str, FedSMUpdate] = {}
         accepted: list[Message] = []
@@ -95,12 +96,15 @@ class FedSMStrategy(SiteStrategy):
             decoded = self.decode_weights(server_round, site, reply, expected)
             if decoded is None:
                 continue
+            num_examples = self.num_examples(server_round, site, reply)
+            if num_examples is None:
+                continue
             updates[site] = FedSMUpdate(
                 global_weights=decoded[records.GLOBAL],
                 personal_weights=decoded[records.PERSONAL],
                 selector_weights=decoded[records.SELECTOR],
-                selector_optimizer=records.from_record(reply.content[records.SELECTOR_OPTIMIZER]),
-                num_examples=int(reply.content[records.METRICS]["num-examples"]),
+                selector_optimizer=decoded[records.SELECTOR_OPTIMIZER],
+                num_examples=num_examples,
             )
             accepted.append(reply)
         self.note_absent(server_round, updates)

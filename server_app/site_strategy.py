@@ -105,16 +105,21 @@ class SiteStrategy(Strategy):
         self.missed.append((server_round, site, reason))
 
     def decode_weights(
-        self, server_round: int, site: str, reply: Message, expected: dict[str, Weights]
+        self, server_round: int, site: str, reply: Message, expected: dict[str, Weights | None]
     ) -> dict[str, Weights] | None:
-        """Decode the ArrayRecords named in ``expected`` and check them; ``None`` if rejected."""
+        """Decode the ArrayRecords named in ``expected`` and check them; ``None`` if rejected.
+
+        A reference of ``None`` accepts any keys and shapes (the selector's Adam
+        moments, empty before their first round); the values must still be finite.
+        """
         if reply.has_error():
             self.reject(server_round, site, f"client error: {reply.error.reason}")
             return None
         try:
             decoded = {key: records.from_record(reply.content[key]) for key in expected}
             for key, reference in expected.items():
-                check_same_layout(reference, decoded[key], f"'{key}' from {site}")
+                if reference is not None:
+                    check_same_layout(reference, decoded[key], f"'{key}' from {site}")
         except (KeyError, ValueError) as error:
             self.reject(server_round, site, f"malformed reply: {error}")
             return None
@@ -124,6 +129,18 @@ class SiteStrategy(Strategy):
                 self.reject(server_round, site, f"non-finite values in '{key}': {bad[:3]}")
                 return None
         return decoded
+
+    def num_examples(self, server_round: int, site: str, reply: Message) -> int | None:
+        """The reply's ``num-examples`` (its training-set size); ``None`` if missing or not positive (rejected)."""
+        try:
+            value = reply.content[records.METRICS]["num-examples"]
+        except KeyError:
+            self.reject(server_round, site, "malformed reply: no 'num-examples' metric")
+            return None
+        if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 1):
+            self.reject(server_round, site, f"malformed reply: num-examples = {value!r}, expected >= 1")
+            return None
+        return int(value)
 
     def note_absent(self, server_round: int, replied: Iterable[str]) -> None:
         """Record sites that sent no reply at all this round."""

@@ -315,3 +315,21 @@ def test_scaffold_state_survives_a_checkpoint_file(tmp_path):
     np.testing.assert_array_equal(fresh.server_control["w"], [2.0, 4.0])
     np.testing.assert_array_equal(strategy.server_control["w"], [2.0, 4.0])
     assert fresh.missed == strategy.missed
+
+
+@pytest.mark.parametrize("metrics", [{"loss": 1.0}, {"loss": 1.0, "num-examples": -3.0},
+                                     {"loss": 1.0, "num-examples": float("nan")}])
+def test_a_reply_without_a_valid_num_examples_is_rejected(metrics):
+    # Prepare
+    strategy = _fedavg()
+    bad = reply(NODE["site-c"], {records.GLOBAL: records.to_record(w(9.0, 9.0)),
+                                 records.METRICS: records.to_metrics(metrics)})
+    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30), bad]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert
+    np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
+    assert [(r, s) for r, s, _ in strategy.missed] == [(1, "site-c")]
+    assert "malformed" in strategy.missed[0][2] and "num-examples" in strategy.missed[0][2]

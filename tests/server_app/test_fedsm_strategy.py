@@ -11,6 +11,7 @@ from client_app import records
 from fedsm_core.algorithms.fedsm import FedSM
 from fedsm_core.algorithms.softpull import soft_pull
 from fedsm_core.checkpoint import load_checkpoint, save_checkpoint
+from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
 
 SITES = [node.site_name for node in NODES]
@@ -146,7 +147,8 @@ def test_configure_train_sends_each_node_its_own_personalized_model():
     for message in messages:
         content = message.content
         assert message.metadata.message_type == MessageType.TRAIN
-        np.testing.assert_array_equal(records.from_record(content[records.PERSONAL])["w"], own[message.metadata.dst_node_id])
+        personal = records.from_record(content[records.PERSONAL])
+        np.testing.assert_array_equal(personal["w"], own[message.metadata.dst_node_id])
         np.testing.assert_array_equal(records.from_record(content[records.GLOBAL])["w"], [9.0, 9.0])
         np.testing.assert_array_equal(records.from_record(content[records.SELECTOR])["s"], [0.0])
         np.testing.assert_array_equal(records.from_record(content[records.SELECTOR_OPTIMIZER])["s/exp_avg"], [0.25])
@@ -236,3 +238,76 @@ def test_evaluation_messages_carry_every_personalized_model_in_node_order():
         np.testing.assert_array_equal(model["w"], expected)
     assert content[records.CONFIG]["gamma"] == 0.4 and content[records.CONFIG]["split"] == "test"
     assert list(content[records.CONFIG]["gamma-sweep"]) == []
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_selector_moments_are_not_averaged_into_every_site(bad):
+    # Prepare
+    strategy = _strategy()
+    replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, bad, 40)]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert: the moments every site starts the next round from stay finite: (1 + 3) / 2
+    np.testing.assert_array_equal(strategy.fedsm.selector_optimizer["s/exp_avg"], [2.0])
+    np.testing.assert_array_equal(strategy.fedsm.personalized["site-c"]["w"], [0.0, 4.0])
+    assert [(r, s) for r, s, _ in strategy.missed] == [(1, "site-c")]
+    assert "non-finite" in strategy.missed[0][2] and records.SELECTOR_OPTIMIZER in strategy.missed[0][2]
+
+
+def _without(message, key: str):
+    content = dict(message.content)
+    del content[key]
+    return reply(message.metadata.src_node_id, content)
+
+
+@pytest.mark.parametrize("problem", ["no moments", "no num-examples", "zero examples"])
+def test_a_malformed_reply_is_rejected_instead_of_stopping_the_run(problem):
+    # Prepare
+    strategy = _strategy()
+    site_c = _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, 5.0, 0 if problem == "zero examples" else 40)
+    if problem == "no moments":
+        site_c = _without(site_c, records.SELECTOR_OPTIMIZER)
+    elif problem == "no num-examples":
+        content = dict(site_c.content)
+        content[records.METRICS] = records.to_metrics({"loss": 1.0})
+        site_c = reply(NODE["site-c"], content)
+
+    # Execute
+    strategy.aggregate_train(1, [*_replies_of_a_and_b(), site_c])
+
+    # Assert: as if site-c had not replied
+    np.testing.assert_array_equal(strategy.fedsm.global_weights["w"], [4.0, 7.0])
+    np.testing.assert_array_equal(strategy.fedsm.personalized["site-c"]["w"], [0.0, 4.0])
+    np.testing.assert_array_equal(strategy.fedsm.selector_optimizer["s/exp_avg"], [2.0])
+    assert [(r, s) for r, s, _ in strategy.missed] == [(1, "site-c")]
+    reason = strategy.missed[0][2]
+    assert "malformed" in reason
+    assert {"no moments": records.SELECTOR_OPTIMIZER, "no num-examples": "num-examples",
+            "zero examples": "num-examples = 0"}[problem] in reason
+
+
+def _extra_selector_reply(site: str, selector: float, moment: float):
+    return reply(NODE[site], {
+        records.SELECTOR: records.to_record({"e": np.array([selector])}),
+        records.SELECTOR_OPTIMIZER: records.to_record({"e/exp_avg": np.array([moment])}),
+        records.METRICS: train_metrics(10),
+    })
+
+
+def test_fedsm_extra_rejects_non_finite_selector_moments():
+    # Prepare
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    strategy = FedSMExtraStrategy(fedsm, {"e": np.array([0.0])}, 2, NODES, 1, 4, EvaluationLog())
+    replies = [_extra_selector_reply("site-a", 2.0, 1.0), _extra_selector_reply("site-b", 4.0, 3.0),
+               _extra_selector_reply("site-c", 9.0, np.nan)]
+
+    # Execute: round 3 > model_rounds = 2 trains the K + 1-output selector
+    strategy.aggregate_train(3, replies)
+
+    # Assert: equal average of a and b only
+    np.testing.assert_array_equal(strategy.extra_selector["e"], [3.0])
+    np.testing.assert_array_equal(strategy.extra_optimizer["e/exp_avg"], [2.0])
+    assert [(r, s) for r, s, _ in strategy.missed] == [(3, "site-c")]
+    assert "non-finite" in strategy.missed[0][2]
