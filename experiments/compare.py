@@ -109,7 +109,7 @@ def _row(method: str, seed: int, site: str, value: float, settings: dict[str, ob
 def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> tuple[list[dict], list]:
     """Centralized and/or Local-k for one seed; returns test rows and the centralized curve."""
     config = RunConfig.from_mapping({**overrides, "seed": seed})
-    set_cpu_threads(0)
+    set_cpu_threads(config.torch_threads)  # more threads than free cores slows training several-fold
     info = dataset_info(config.dataset)
     sites = {name: info.load_site(i, config.image_size, config.data_scale, config.data_seed)
              for i, name in enumerate(info.site_names)}

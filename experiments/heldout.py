@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
     config = RunConfig.from_mapping(overrides)
-    set_cpu_threads(0)
+    set_cpu_threads(config.torch_threads)  # more threads than free cores slows training several-fold
     names = dataset_info(config.dataset).site_names
     sites = list(names) if args.site == "all" else [args.site]
     if any(site not in names for site in sites):
