@@ -11,7 +11,7 @@
 # SUPERLINK_HOST needs a fresh OUT_DIR). Private keys are chmod 600.
 # Environment: SUPERLINK_HOST (optional), CERT_DAYS (default 365).
 set -euo pipefail
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ $# -ge 2 ] || usage
 out="$1"; shift
 for tool in openssl ssh-keygen; do

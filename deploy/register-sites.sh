@@ -11,8 +11,9 @@
 # Environment: FLWR_HOME (required: the Flower CLI folder the operator uses, e.g.
 # STATE_DIR/flwr-home; set FLWR_HOME=~/.flwr on purpose to use your own).
 set -euo pipefail
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ $# -ge 4 ] || usage
+[ -d "$1" ] || { echo "register-sites: credentials folder $1 does not exist" >&2; exit 1; }
 cred="$(cd "$1" && pwd)"; name="$2"; address="$3"; shift 3
 [ -n "${FLWR_HOME:-}" ] || { echo "register-sites: set FLWR_HOME (e.g. FLWR_HOME=STATE_DIR/flwr-home)" >&2; exit 2; }
 [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] || { echo "register-sites: connection name '$name' must match [A-Za-z0-9_-]+" >&2; exit 2; }
@@ -25,7 +26,11 @@ export FLWR_HOME="$(cd "$FLWR_HOME" && pwd)"
 
 flwr config list >/dev/null  # creates Flower's default config.toml when there is none
 python - "$FLWR_HOME/config.toml" "$name" "$address" "$cred/ca.crt" <<'PY'
-import sys, tomllib, tomli_w
+import sys
+try:
+    import tomli as tomllib, tomli_w  # both come with flwr
+except ImportError as error:
+    sys.exit(f"register-sites: {error}: run it with the Python environment that has flwr installed")
 path, name, address, ca = sys.argv[1:]
 with open(path, "rb") as handle:
     config = tomllib.load(handle)

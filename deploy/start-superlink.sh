@@ -15,9 +15,10 @@
 # Environment: SUPERLINK_BIND (listen address, default 127.0.0.1; 0.0.0.0 for remote
 # SuperNodes), SUPERLINK_DATABASE, FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S.
 set -euo pipefail
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
 here="$(cd "$(dirname "$0")" && pwd)"
+[ -d "$1" ] || { echo "start-superlink: credentials folder $1 does not exist" >&2; exit 1; }
 cred="$(cd "$1" && pwd)"
 mkdir -p "$2"
 state="$(cd "$2" && pwd)"

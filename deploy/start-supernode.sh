@@ -13,9 +13,10 @@
 # key), keeps it running (retrying) when it merely has not connected yet.
 # Environment: FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S.
 set -euo pipefail
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ $# -eq 6 ] || usage
 here="$(cd "$(dirname "$0")" && pwd)"
+[ -d "$1" ] || { echo "start-supernode: credentials folder $1 does not exist" >&2; exit 1; }
 cred="$(cd "$1" && pwd)"; site="$2"; address="$4"; port="$5"
 [ -d "$3" ] || { echo "start-supernode: data folder $3 does not exist" >&2; exit 1; }
 data="$(cd "$3" && pwd)"

@@ -2,13 +2,13 @@
 # Stop the SuperLink / SuperNodes started by the deploy/ scripts.
 #
 # Usage: deploy/stop.sh STATE_DIR
-#   Stops every process named by a STATE_DIR/{supernode-*,superlink}.pid file together with its children and
-#   the sessions they lead (SuperExec, ServerApp and ClientApp processes, also those a
-#   crashed SuperExec left behind): SIGTERM, up to $STOP_WAIT_S s (default 15), then
-#   SIGKILL; removes the PID files. A PID file whose process is gone, or is no longer a
-#   Flower process, is only removed.
+#   Stops each process named by STATE_DIR/supernode-*.pid and STATE_DIR/superlink.pid,
+#   with its children and the sessions they lead (SuperExec, ServerApp and ClientApp
+#   processes, also those a crashed SuperExec left behind): SIGTERM, up to $STOP_WAIT_S s
+#   (default 15), then SIGKILL; removes the PID files. A PID file whose process is gone,
+#   or is no longer a Flower process, is only removed.
 set -euo pipefail
-[ $# -eq 1 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ -d "$1" ] || { echo "stop: $1 is not a folder" >&2; exit 1; }
 
 descendants() {  # every child, grandchild, ... of $1
@@ -24,6 +24,7 @@ alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && echo "$p"; done
 
 shopt -s nullglob
 for pidfile in "$1"/supernode-*.pid "$1"/superlink.pid; do  # SuperNodes first: they sign off
+  [ -f "$pidfile" ] || continue
   pid="$(cat "$pidfile")"
   if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && ps -o args= -p "$pid" | grep -q flower; then
     tree="$(family "$pid")"

@@ -1,0 +1,1 @@
+"""The deployment tests start real Flower servers; the marker is registered in pyproject.toml."""
