@@ -25,13 +25,18 @@ class TrainingHook:
     """Base hook: a no-op at every point of a training step.
 
     Subclasses override what their algorithm changes: ``extra_loss`` adds a
-    term to the loss (FedProx's ``mu/2 * ||w - w_global||^2``), ``after_backward``
-    edits gradients before the optimizer step (Scaffold's ``- c_k + c``).
+    term to the loss (FedProx's ``mu/2 * ||w - w_global||^2``), ``regrade``
+    may recompute the gradients elsewhere (HarmoFL's weight perturbation),
+    ``after_backward`` edits gradients before the optimizer step (Scaffold's
+    ``- c_k + c``).
     """
 
     def extra_loss(self, model: nn.Module) -> torch.Tensor | None:
         """A term added to the loss before ``backward``; ``None`` adds nothing."""
         return None
+
+    def regrade(self, model: nn.Module, closure: Callable[[], torch.Tensor]) -> None:
+        """Called after the first ``backward``; ``closure()`` recomputes loss and gradients."""
 
     def after_backward(self, model: nn.Module) -> None:
         """Called after ``backward`` and before ``optimizer.step``."""
@@ -72,15 +77,22 @@ class Learner:
     def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
         """One optimizer step on one minibatch; returns the data loss."""
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         inputs, targets = self.batch_fn(images, masks)
-        loss = self.loss_fn(self.model(inputs), targets)
-        total = loss
+
+        def closure() -> torch.Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.model(inputs), targets)
+            total = loss
+            for hook in self.hooks:
+                extra = hook.extra_loss(self.model)
+                if extra is not None:
+                    total = total + extra
+            total.backward()
+            return loss
+
+        loss = closure()
         for hook in self.hooks:
-            extra = hook.extra_loss(self.model)
-            if extra is not None:
-                total = total + extra
-        total.backward()
+            hook.regrade(self.model, closure)
         for hook in self.hooks:
             hook.after_backward(self.model)
         self.optimizer.step()
