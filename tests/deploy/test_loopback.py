@@ -20,12 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from fedsm_core.bundle import load_bundle
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_end_to_end import _write_slice_site  # noqa: E402  (the same tiny ProstateSlice sites)
 
 pytestmark = pytest.mark.deployment
 
@@ -59,20 +60,6 @@ def _free_ports(count: int) -> list[int]:
         for sock in sockets:
             sock.close()
     return ports
-
-
-def _write_slice_site(folder: Path, seed: int) -> None:
-    """A tiny ProstateSlice-layout site: grey images with a dark gland, inverted masks."""
-    rng = np.random.default_rng(seed)
-    for split, count in (("train", 4), ("test", 2)):
-        for sub in ("image", "mask"):
-            (folder / split / sub).mkdir(parents=True)
-        for i in range(count):
-            y, x = np.mgrid[:40, :40]
-            gland = (y - 20 - rng.integers(-4, 5)) ** 2 + (x - 20 - rng.integers(-4, 5)) ** 2 < 64
-            image = np.where(gland, 60, 170) + rng.integers(0, 30, (40, 40))
-            Image.fromarray(image.astype(np.uint8)).save(folder / split / "image" / f"s{i:02d}.png")
-            Image.fromarray(np.where(gland, 0, 255).astype(np.uint8)).save(folder / split / "mask" / f"s{i:02d}.png")
 
 
 class Deployment:
