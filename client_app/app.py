@@ -26,7 +26,7 @@ from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model, evaluate_super_model
-from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
 
 app = ClientApp()
@@ -53,7 +53,7 @@ def _cached_site(dataset: str, held_out: str, paths: tuple[tuple[str, str], ...]
 
 
 def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
-    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width, norm=config.segmentation_norm)
+    return run_model_spec(config, len(info.structures), info.num_sites)
 
 
 @app.query()
@@ -87,6 +87,7 @@ def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSet
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
         selector_negatives=config.selector_negatives,
         augmentation=config.augmentation,
+        perturbation_alpha=config.active_perturbation_alpha,
     )
 
 

@@ -4,6 +4,7 @@ Usage::
 
     python -m experiments.compare --out results/compare --seeds 0 1 2 \\
         --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \\
+                  fedbn harmofl fedsm-ampnorm \\
         --run-config "num-server-rounds=15"
 
 Federated methods run through ``scripts/run-simulation.sh`` (the same Flower
@@ -39,13 +40,19 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
-from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.spec import run_model_spec
 from fedsm_core.reporting import pool_site_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM",
-             "fedsm-extra": "FedSM-extra"}
-SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super"}  # the model each method deploys; others deploy the global model
+             "fedsm-extra": "FedSM-extra", "fedbn": "FedBN", "harmofl": "HarmoFL",
+             "fedsm-ampnorm": "FedSM + AmpNorm"}
+# Methods that are a strategy with extra settings rather than a strategy of their own
+METHOD_SETTINGS: dict[str, dict[str, object]] = {
+    "fedsm-ampnorm": {"strategy": "fedsm", "amplitude-normalization": True},
+}
+# The model each method deploys; others deploy the global model (FedBN: each site's own model)
+SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super", "fedsm-ampnorm": "dice-super"}
 METHODS = ("centralized", "local", *FEDERATED)
 POOLED = "pooled"
 
@@ -88,7 +95,7 @@ def launch_run(settings: dict[str, object], runs: Path, label: str) -> Path:
 
 def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
     """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
-    settings = {**overrides, "strategy": method, "seed": seed}
+    settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
     folder = launch_run(settings, out / "runs" / f"{method}-seed{seed}", f"compare {method} seed {seed}")
     with (folder / "metrics.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
@@ -113,8 +120,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
     info = dataset_info(config.dataset)
     sites = {name: info.load_site(i, config.image_size, config.data_scale, config.data_seed)
              for i, name in enumerate(info.site_names)}
-    spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width,
-                     norm=config.segmentation_norm)
+    spec = run_model_spec(config, len(info.structures), info.num_sites)
     settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
                              augmentation=config.augmentation)
     epochs = config.num_server_rounds * config.local_epochs

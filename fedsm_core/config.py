@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra")
+STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra", "harmofl", "fedbn")
 DATASETS = ("synthetic-fundus", "synthetic-prostate")  # or the path of a federation spec (*.toml)
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
@@ -52,6 +52,12 @@ class RunConfig:
     softpull_lambda: float = 0.7
     proximal_mu: float = 0.01
     extra_rounds: int = 10
+    amplitude_normalization: bool = False
+    amplitude_decay: float = 0.1
+    amplitude_window: int = 0
+    amplitude_freeze_round: int = 1
+    weight_perturbation: bool = False
+    perturbation_alpha: float = 0.05
     gamma: float = 0.5
     gamma_selection: str = "validation"
     eval_every: int = 1
@@ -85,6 +91,10 @@ class RunConfig:
         _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
         _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)
         _check_range("extra-rounds", self.extra_rounds, 1, 100_000)
+        _check_range("amplitude-decay", self.amplitude_decay, 1e-6, 1.0)
+        _check_range("amplitude-window", self.amplitude_window, 0, self.image_size // 2)
+        _check_range("amplitude-freeze-round", self.amplitude_freeze_round, 0, 100_000)
+        _check_range("perturbation-alpha", self.perturbation_alpha, 0.0, 100.0)
         _check_range("gamma", self.gamma, 0.0, 1.0)
         _check_range("eval-every", self.eval_every, 1, 100_000)
         _check_range("torch-threads", self.torch_threads, 0, 1024)
@@ -92,6 +102,16 @@ class RunConfig:
         _check_range("min-replies", self.min_replies, 1, 100_000)
         if not self.output_dir:
             raise ValueError(f"output-dir is empty; {WHERE}")
+
+    @property
+    def uses_amplitude_normalization(self) -> bool:
+        """HarmoFL always normalizes amplitudes; other strategies when ``amplitude-normalization`` is set."""
+        return self.amplitude_normalization or self.strategy == "harmofl"
+
+    @property
+    def active_perturbation_alpha(self) -> float:
+        """The weight-perturbation radius local training uses (0 = plain steps)."""
+        return self.perturbation_alpha if self.weight_perturbation or self.strategy == "harmofl" else 0.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:

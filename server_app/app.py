@@ -12,7 +12,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
-from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.spec import run_model_spec
 from fedsm_core.reporting import write_summary
 from server_app.discovery import discover_sites
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
@@ -41,8 +41,7 @@ def main(grid: Grid, context: Context) -> None:
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
-    spec = ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width,
-                     norm=config.segmentation_norm)
+    spec = run_model_spec(config, len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.num_server_rounds)
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
     reporter.num_rounds = strategy.num_rounds

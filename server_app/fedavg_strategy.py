@@ -76,7 +76,9 @@ class FedAvgStrategy(SiteStrategy):
                 sizes.append(size)
         self.note_absent(server_round, [site for site, _, _ in accepted])
         self.require_replies(server_round, len(accepted))
-        self.global_weights = weighted_average([weights for _, _, weights in accepted], sizes)
+        trained = [weights for _, _, weights in accepted]
+        self.global_weights = weighted_average(trained, sizes)
+        self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
         self.after_aggregation([reply for _, reply, _ in accepted])
         log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
         return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _ in accepted])

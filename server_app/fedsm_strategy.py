@@ -110,9 +110,18 @@ class FedSMStrategy(SiteStrategy):
         self.note_absent(server_round, updates)
         self.require_replies(server_round, len(updates))
         self.fedsm.aggregate(updates)
+        self._fix_amplitude(server_round, list(updates.values()))
         metrics = self.mean_metrics(accepted)
         log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))
         return records.to_record(self.fedsm.global_weights), metrics
+
+    def _fix_amplitude(self, server_round: int, updates: list[FedSMUpdate]) -> None:
+        """In HarmoFL's freeze round, give the global and every personalized model the global amplitude."""
+        models = {"": self.fedsm.global_weights, **self.fedsm.personalized}
+        fixed = self.fix_amplitude(server_round, [u.global_weights for u in updates],
+                                   [u.num_examples for u in updates], models)
+        self.fedsm.global_weights = fixed.pop("")
+        self.fedsm.personalized = fixed
 
     def state_dict(self) -> dict[str, object]:
         """The base state plus the super model, the selector's moments and gamma."""

@@ -13,6 +13,7 @@ from flwr.serverapp.strategy import Strategy
 
 from client_app import records
 from fedsm_core.algorithms.aggregation import Weights, check_same_layout
+from fedsm_core.algorithms.harmofl import AmplitudeSchedule
 from fedsm_core.reporting import pool_site_metrics
 from server_app.discovery import SiteNode
 
@@ -51,6 +52,7 @@ class SiteStrategy(Strategy):
         self.missed: list[tuple[int, str, str]] = []
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.min_replies = 1
+        self.amplitude: AmplitudeSchedule | None = None  # set for runs with amplitude normalization
 
     def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], None]) -> None:
         """Rounds ``first_round .. num_rounds``: train, aggregate, evaluate, then ``after_round(r)``.
@@ -80,6 +82,19 @@ class SiteStrategy(Strategy):
             raise RuntimeError(f"round {server_round}: {accepted} valid repl(ies), fewer than min-replies = "
                                f"{self.min_replies}; see the log lines above. Resume from the last checkpoint "
                                "(resume-from) when enough sites are reachable")
+
+    def fix_amplitude(self, server_round: int, site_weights: Sequence[Weights], sizes: Sequence[float],
+                      models: dict[str, Weights]) -> dict[str, Weights]:
+        """``models`` with HarmoFL's global amplitude fixed in, in the freeze round; otherwise unchanged.
+
+        ``site_weights`` are the sites' trained global models of this round,
+        whose amplitude entries hold each site's running average.
+        """
+        if self.amplitude is None or not self.amplitude.due(server_round):
+            return models
+        log(INFO, "round %d: %d sites' average amplitudes merged into the global amplitude, fixed from now on",
+            server_round, len(site_weights))
+        return self.amplitude.fix(site_weights, sizes, models)
 
     def state_dict(self) -> dict[str, object]:
         """Everything needed to continue after the current round (see :mod:`fedsm_core.checkpoint`)."""

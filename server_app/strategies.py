@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 
+from fedsm_core.algorithms.fedbn import local_entries
 from fedsm_core.algorithms.fedsm import FedSM
+from fedsm_core.algorithms.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.scaffold import zero_controls
 from fedsm_core.algorithms.fedsm_extra import extra_spec
 from fedsm_core.bundle import SELECTOR_INCLUDES_GLOBAL, BundleInfo, save_bundle, save_global_model
@@ -19,12 +21,15 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
+from server_app.fedbn_strategy import FedBNStrategy
 from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
 from server_app.site_strategy import EvaluationSink, SiteStrategy
 
 BUNDLE_FILE = "super_model.pt"
 GLOBAL_MODEL_FILE = "global_model.pt"
+SITE_MODELS_FOLDER = "site_models"
+SINGLE_MODEL_NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "harmofl": "HarmoFL"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +103,29 @@ def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
     if config.strategy == "scaffold":
         strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common)
     else:
-        strategy = FedAvgStrategy(*common, name="FedProx" if config.strategy == "fedprox" else "FedAvg")
+        strategy = FedAvgStrategy(*common, name=SINGLE_MODEL_NAMES[config.strategy])
 
     def save(folder: Path) -> Path:
         extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy}
         return save_global_model(folder / GLOBAL_MODEL_FILE, setup.spec, setup.info.structures, config.image_size,
                                  strategy.global_weights, extra)
+
+    return strategy, save
+
+
+def _build_fedbn(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    config = setup.config
+    model = _initial_model(setup)
+    strategy = FedBNStrategy(get_weights(model), local_entries(model), setup.nodes, config.eval_every,
+                             config.num_server_rounds, setup.on_evaluate)
+
+    def save(folder: Path) -> Path:
+        # No single model serves every site: each site's file holds its own normalization layers.
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy}
+        for site in setup.info.site_names:
+            save_global_model(folder / SITE_MODELS_FOLDER / f"{site}.pt", setup.spec, setup.info.structures,
+                              config.image_size, strategy.model_of(site), {**extra, "site": site})
+        return folder / SITE_MODELS_FOLDER
 
     return strategy, save
 
@@ -114,6 +136,8 @@ BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
     "fedprox": _build_single_model,
     "scaffold": _build_single_model,
     "fedsm-extra": _build_fedsm_extra,
+    "harmofl": _build_single_model,
+    "fedbn": _build_fedbn,
 }
 
 
@@ -121,4 +145,7 @@ def build_strategy(setup: Setup) -> tuple[SiteStrategy, Saver]:
     """The strategy for ``setup.config.strategy`` and a function that saves its final model."""
     if setup.config.strategy not in BUILDERS:
         raise ValueError(f"strategy = '{setup.config.strategy}' has no server builder; known: {sorted(BUILDERS)}")
-    return BUILDERS[setup.config.strategy](setup)
+    strategy, save = BUILDERS[setup.config.strategy](setup)
+    if setup.config.uses_amplitude_normalization:
+        strategy.amplitude = AmplitudeSchedule(setup.config.amplitude_freeze_round, setup.config.amplitude_decay)
+    return strategy, save

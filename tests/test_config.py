@@ -151,3 +151,20 @@ def test_pyproject_config_matches_defaults_exactly():
     for key, value in declared.items():
         assert type(value) is type(defaults[key]), f"{key}: {type(value).__name__} vs {type(defaults[key]).__name__}"
     assert RunConfig.from_mapping(declared) == RunConfig()
+
+
+def test_harmofl_always_uses_both_components_and_switches_add_them_elsewhere():
+    harmofl = RunConfig(strategy="harmofl")
+    assert harmofl.uses_amplitude_normalization and harmofl.active_perturbation_alpha == 0.05
+    plain = RunConfig(strategy="fedsm")
+    assert not plain.uses_amplitude_normalization and plain.active_perturbation_alpha == 0.0
+    switched = RunConfig.from_mapping({"strategy": "fedsm", "amplitude-normalization": True,
+                                       "weight-perturbation": True, "perturbation-alpha": 0.1})
+    assert switched.uses_amplitude_normalization and switched.active_perturbation_alpha == 0.1
+
+
+@pytest.mark.parametrize("key, value", [("amplitude-decay", 0.0), ("amplitude-window", 33),
+                                        ("amplitude-freeze-round", -1), ("perturbation-alpha", -0.5)])
+def test_harmofl_settings_out_of_range_name_their_key(key, value):
+    with pytest.raises(ValueError, match=key):
+        RunConfig.from_mapping({key: value})

@@ -14,8 +14,9 @@ from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
-from fedsm_core.training.local_update import Learner, train_on_split
+from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
+from fedsm_core.training.weight_perturbation import WeightPerturbation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TrainSettings:
     selector_negatives: bool = True
     train_selector: bool = True
     augmentation: str = "flip"
+    perturbation_alpha: float = 0.0
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
@@ -85,8 +87,10 @@ def train_fedsm_client(
     style_generator = torch.Generator().manual_seed(settings.seed + 1)
     load_adam_state(selector, selector_optimizer, payload.selector_optimizer)
     learners = [
-        Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss),
-        Learner("personal", personal_model, torch.optim.Adam(personal_model.parameters(), lr=settings.lr), soft_dice_loss),
+        Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
+                hooks=segmentation_hooks(settings)),
+        Learner("personal", personal_model, torch.optim.Adam(personal_model.parameters(), lr=settings.lr),
+                soft_dice_loss, hooks=segmentation_hooks(settings)),
     ]
     if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
         learners.append(Learner(
@@ -104,6 +108,11 @@ def train_fedsm_client(
         num_examples=len(data.images),
     )
     return update, metrics
+
+
+def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:
+    """Hooks every segmentation learner gets: HarmoFL's weight perturbation when ``perturbation_alpha > 0``."""
+    return [WeightPerturbation(settings.perturbation_alpha)] if settings.perturbation_alpha > 0 else []
 
 
 def _loaded(model: nn.Module, weights, where: str, device: torch.device) -> nn.Module:

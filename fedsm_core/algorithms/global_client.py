@@ -13,7 +13,7 @@ import torch
 
 from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.algorithms.fedprox import ProximalTerm
-from fedsm_core.algorithms.fedsm_client import TrainSettings
+from fedsm_core.algorithms.fedsm_client import TrainSettings, segmentation_hooks
 from fedsm_core.algorithms.scaffold import ScaffoldCorrection
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
@@ -66,7 +66,7 @@ def train_global_client(
     model = spec.build_segmentation()
     set_weights(model, global_weights, "global model")
     model.to(device)
-    hooks: list[TrainingHook] = []
+    hooks: list[TrainingHook] = segmentation_hooks(settings)
     if options.proximal_mu > 0:
         hooks.append(ProximalTerm(model, options.proximal_mu))
     scaffold = None

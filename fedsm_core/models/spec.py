@@ -6,6 +6,8 @@ import dataclasses
 
 import torch.nn as nn
 
+from fedsm_core.config import RunConfig
+from fedsm_core.models.amplitude import AmplitudeNormalization, AmplitudeNormalized
 from fedsm_core.models.segmentation import build_segmentation_model
 from fedsm_core.models.selector import Selector
 
@@ -28,6 +30,12 @@ class ModelSpec:
         Image channels.
     norm : str
         Normalization layers of the U-Net: ``"group"`` or ``"batch"``.
+    amplitude_size : int
+        Image size of HarmoFL's amplitude normalization in front of every
+        U-Net; 0 builds plain U-Nets.
+    amplitude_decay, amplitude_window : float, int
+        ``v`` and the low-frequency window of
+        :class:`~fedsm_core.models.amplitude.AmplitudeNormalization`.
     """
 
     encoder: str
@@ -36,10 +44,18 @@ class ModelSpec:
     selector_width: int = 32
     in_channels: int = 3
     norm: str = "group"
+    amplitude_size: int = 0
+    amplitude_decay: float = 0.1
+    amplitude_window: int = 0
 
     def build_segmentation(self) -> nn.Module:
-        """A freshly initialised U-Net."""
-        return build_segmentation_model(self.encoder, self.num_structures, self.in_channels, norm=self.norm)
+        """A freshly initialised U-Net (behind amplitude normalization if ``amplitude_size``)."""
+        net = build_segmentation_model(self.encoder, self.num_structures, self.in_channels, norm=self.norm)
+        if not self.amplitude_size:
+            return net
+        layer = AmplitudeNormalization(self.in_channels, self.amplitude_decay, self.amplitude_window,
+                                       self.amplitude_size)
+        return AmplitudeNormalized(layer, net)
 
     def build_selector(self) -> Selector:
         """A freshly initialised selector with K outputs."""
@@ -48,3 +64,12 @@ class ModelSpec:
     def to_dict(self) -> dict[str, str | int]:
         """Plain values, for bundles and messages."""
         return dataclasses.asdict(self)
+
+
+def run_model_spec(config: RunConfig, num_structures: int, num_sites: int) -> ModelSpec:
+    """The models a run's settings define; server, clients and experiments all build them here."""
+    return ModelSpec(
+        config.encoder, num_structures, num_sites, config.selector_width, norm=config.segmentation_norm,
+        amplitude_size=config.image_size if config.uses_amplitude_normalization else 0,
+        amplitude_decay=config.amplitude_decay, amplitude_window=config.amplitude_window,
+    )

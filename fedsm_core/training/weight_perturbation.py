@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+from fedsm_core.models.amplitude import frozen_statistics
 from fedsm_core.training.local_update import TrainingHook
 
 
@@ -48,7 +49,8 @@ class WeightPerturbation(TrainingHook):
             deltas = [self.alpha * p.grad / norm for p in params]
             for p, d in zip(params, deltas, strict=True):
                 p.add_(d)
-        closure()
+        with frozen_statistics(model):  # the batch was already counted by the first pass
+            closure()
         with torch.no_grad():
             for p, d in zip(params, deltas, strict=True):
                 p.sub_(d)

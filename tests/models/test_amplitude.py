@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn as nn
 
-from fedsm_core.models.amplitude import AmplitudeNormalization, low_frequency_mask, replace_amplitude
+from fedsm_core.models.amplitude import (
+    AmplitudeNormalization, AmplitudeNormalized, frozen_statistics, low_frequency_mask, replace_amplitude,
+)
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights
 
 
 def _images(seed: int, n: int = 2) -> torch.Tensor:
@@ -75,3 +80,63 @@ def test_bad_settings_and_shapes_are_refused():
         layer(torch.rand(1, 3, 16, 16))
     with pytest.raises(ValueError, match="channels"):
         layer(torch.rand(1, 1, 8, 8))
+
+
+def test_the_layer_normalizes_with_the_bias_corrected_average():
+    # Prepare: one batch of one image with v = 0.25 -> the buffer holds 0.25 of its amplitude
+    layer = AmplitudeNormalization(channels=3, decay=0.25).train()
+    image = _images(10, n=1).float()
+
+    # Execute
+    out = layer(image)
+
+    # Assert: corrected, the average is the image's own amplitude, so the image comes back
+    torch.testing.assert_close(layer.current(), torch.fft.fft2(image)[0].abs(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, image, rtol=1e-4, atol=1e-4)
+
+
+def test_a_sized_layer_passes_images_through_until_its_first_batch():
+    layer = AmplitudeNormalization(channels=3, decay=0.5, size=8).eval()
+    assert tuple(layer.amplitude.shape) == (3, 8, 8)
+    image = _images(11, n=1).float()
+    torch.testing.assert_close(layer(image), image)
+    with pytest.raises(ValueError, match="size"):
+        AmplitudeNormalization(size=-1)
+
+
+def test_frozen_statistics_stop_amplitude_and_batch_norm_updates_and_restore_them():
+    # Prepare
+    layer = AmplitudeNormalization(channels=3, decay=0.5).train()
+    norm = nn.BatchNorm2d(3).train()
+    model = nn.Sequential(layer, norm)
+    model(_images(12).float())
+    amplitude, mean = layer.amplitude.clone(), norm.running_mean.clone()
+
+    # Execute
+    with frozen_statistics(model):
+        model(_images(13).float())
+
+    # Assert
+    torch.testing.assert_close(layer.amplitude, amplitude)
+    torch.testing.assert_close(norm.running_mean, mean)
+    assert int(layer.batches) == 1
+    assert layer.tracking and norm.momentum == 0.1
+    model(_images(14).float())
+    assert int(layer.batches) == 2
+
+
+def test_a_spec_with_an_amplitude_size_builds_a_normalized_u_net():
+    # Prepare
+    spec = ModelSpec("mobilenet_v2", 2, 3, amplitude_size=32, amplitude_decay=0.2, amplitude_window=1)
+
+    # Execute
+    model = spec.build_segmentation()
+    plain = ModelSpec("mobilenet_v2", 2, 3).build_segmentation()
+
+    # Assert
+    assert isinstance(model, AmplitudeNormalized)
+    assert model.amplitude_norm.decay == 0.2 and model.amplitude_norm.window == 1
+    keys = set(get_weights(model))
+    assert {"amplitude_norm.amplitude", "amplitude_norm.frozen", "amplitude_norm.batches"} <= keys
+    assert {f"net.{key}" for key in get_weights(plain)} == keys - {k for k in keys if k.startswith("amplitude_norm.")}
+    assert tuple(model(torch.rand(2, 3, 32, 32)).shape) == (2, 2, 32, 32)
