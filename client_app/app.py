@@ -19,6 +19,8 @@ from fedsm_core.algorithms.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.knn_per import evaluate_knn_per
+from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -196,9 +198,10 @@ def evaluate(msg: Message, context: Context) -> Message:
     global_model = spec.build_segmentation()
     set_weights(global_model, records.from_record(content[records.GLOBAL]), "global model")
     data = getattr(site, split)
+    knn = knn_metrics(config, global_model, site, device) if split == "test" and config.knn_per else {}
     if records.PERSONALIZED not in content:
         metrics = evaluate_model(global_model, data, config.batch_size * 2, device)
-        return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)
+        return Message(RecordDict({records.METRICS: records.to_metrics({**metrics, **knn})}), reply_to=msg)
     personalized = []
     for index, weights in enumerate(records.models_from_record(content[records.PERSONALIZED], info.num_sites)):
         model = spec.build_segmentation()
@@ -211,4 +214,12 @@ def evaluate(msg: Message, context: Context) -> Message:
                              includes_global)
     gammas = [float(g) for g in content[records.CONFIG].get("gamma-sweep", [])]
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device, gammas)
-    return Message(RecordDict({records.METRICS: records.to_metrics(metrics)}), reply_to=msg)
+    return Message(RecordDict({records.METRICS: records.to_metrics({**metrics, **knn})}), reply_to=msg)
+
+
+def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits,
+                device: torch.device) -> dict[str, float]:
+    """kNN-Per on the global model: datastore from the training split, lam from validation, test Dice."""
+    settings = KNNPerSettings(k=config.knn_k, kernel_scale=config.knn_kernel_scale, capacity=config.knn_capacity,
+                              pixels_per_image=config.knn_pixels_per_image, seed=config.seed)
+    return evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)

@@ -4,7 +4,7 @@ Usage::
 
     python -m experiments.compare --out results/compare --seeds 0 1 2 \\
         --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \\
-                  fedbn harmofl fedsm-ampnorm \\
+                  fedbn harmofl fedsm-ampnorm knn-per \\
         --run-config "num-server-rounds=15"
 
 Federated methods run through ``scripts/run-simulation.sh`` (the same Flower
@@ -46,13 +46,15 @@ from fedsm_core.reporting import pool_site_metrics
 ROOT = Path(__file__).resolve().parents[1]
 FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM",
              "fedsm-extra": "FedSM-extra", "fedbn": "FedBN", "harmofl": "HarmoFL",
-             "fedsm-ampnorm": "FedSM + AmpNorm"}
+             "fedsm-ampnorm": "FedSM + AmpNorm", "knn-per": "kNN-Per"}
 # Methods that are a strategy with extra settings rather than a strategy of their own
 METHOD_SETTINGS: dict[str, dict[str, object]] = {
     "fedsm-ampnorm": {"strategy": "fedsm", "amplitude-normalization": True},
+    "knn-per": {"strategy": "fedavg", "knn-per": True},  # FedAvg's global model, personalized at test time
 }
 # The model each method deploys; others deploy the global model (FedBN: each site's own model)
-SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super", "fedsm-ampnorm": "dice-super"}
+SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super", "fedsm-ampnorm": "dice-super",
+         "knn-per": "dice-knn-per"}
 METHODS = ("centralized", "local", *FEDERATED)
 POOLED = "pooled"
 

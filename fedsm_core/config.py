@@ -58,6 +58,11 @@ class RunConfig:
     amplitude_freeze_round: int = 1
     weight_perturbation: bool = False
     perturbation_alpha: float = 0.05
+    knn_per: bool = False
+    knn_k: int = 10
+    knn_kernel_scale: float = 1.0
+    knn_capacity: int = 50_000
+    knn_pixels_per_image: int = 256
     gamma: float = 0.5
     gamma_selection: str = "validation"
     eval_every: int = 1
@@ -95,6 +100,10 @@ class RunConfig:
         _check_range("amplitude-window", self.amplitude_window, 0, self.image_size // 2)
         _check_range("amplitude-freeze-round", self.amplitude_freeze_round, 0, 100_000)
         _check_range("perturbation-alpha", self.perturbation_alpha, 0.0, 100.0)
+        _check_range("knn-k", self.knn_k, 1, 10_000)
+        _check_range("knn-kernel-scale", self.knn_kernel_scale, 1e-9, 1e9)
+        _check_range("knn-capacity", self.knn_capacity, 1, 10**9)
+        _check_range("knn-pixels-per-image", self.knn_pixels_per_image, 1, 10**8)
         _check_range("gamma", self.gamma, 0.0, 1.0)
         _check_range("eval-every", self.eval_every, 1, 100_000)
         _check_range("torch-threads", self.torch_threads, 0, 1024)

@@ -15,6 +15,7 @@ from fedsm_core.algorithms.knn_per import (
     choose_lambda,
     dice_per_lambda,
     embed_pixels,
+    evaluate_knn_per,
     find_segmentation_head,
 )
 from fedsm_core.algorithms.knn_per_settings import LAMBDA_GRID, KNNPerSettings
@@ -344,3 +345,19 @@ def test_settings_from_a_flat_config():
     assert (settings.k, settings.lambda_grid, settings.backend) == (3, (0.0, 0.25, 1.0), "torch")
     with pytest.raises(ValueError, match="unknown kNN-Per key.*knn-kay"):
         KNNPerSettings.from_config({"knn-kay": 3})
+
+
+def test_the_whole_client_step_chooses_lambda_on_validation_and_reports_its_cost():
+    # Prepare: a grid of {0} forces the global model, so the test Dice is evaluate_model's
+    model = _unet()
+    train, val, test = _split(3, 32, np.float32, seed=1), _split(2, 32, np.float32, seed=2), _split(2, 32, np.float32)
+    settings = KNNPerSettings(pixels_per_image=16, capacity=40, lambda_grid=(0.0,))
+
+    # Execute
+    metrics = evaluate_knn_per(model, train, val, test, settings, "cpu")
+
+    # Assert
+    assert metrics["dice-knn-per"] == pytest.approx(evaluate_model(model, test)["dice-global"], abs=1e-12)
+    assert metrics["knn-lambda"] == 0.0
+    assert metrics["knn-datastore-size"] == 40.0  # 3 x 16 sampled pixels, capped at the capacity
+    assert metrics["knn-seconds-per-image"] > 0 and metrics["knn-build-seconds"] > 0
