@@ -21,6 +21,7 @@ from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
+from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -89,6 +90,7 @@ def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSet
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
         selector_negatives=config.selector_negatives,
         augmentation=config.augmentation,
+        personalization=PersonalizationSettings.from_run_config(config),
         perturbation_alpha=config.active_perturbation_alpha,
     )
 
@@ -121,7 +123,11 @@ def train_fedsm(content, context, config, spec, site, site_index, settings, devi
     )
     if config.strategy == "fedsm-extra":  # its selector is trained only in the extra rounds
         settings = dataclasses.replace(settings, train_selector=False)
-    update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device)
+    stored = context.state.get(records.PERSONAL_STATE)  # APFL's v_k and alpha_k stay on the node
+    client_state = records.from_record(stored) if stored is not None else {}
+    update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device, client_state)
+    if update.client_state:
+        context.state[records.PERSONAL_STATE] = records.to_record(update.client_state)
     return RecordDict(
         {
             records.GLOBAL: records.to_record(update.global_weights),

@@ -21,6 +21,7 @@ SITE = "site"
 SERVER_CONTROL = "server-control"
 CONTROL_DELTA = "control-delta"
 CLIENT_CONTROL_STATE = "scaffold-client-control"
+PERSONAL_STATE = "personalization-client-state"
 SEPARATOR = "|"
 
 

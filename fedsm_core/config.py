@@ -17,6 +17,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 NORMS = ("group", "batch")
 GAMMA_SELECTIONS = ("validation", "fixed")
+PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
 AUGMENTATIONS = ("none", "flip", "affine")  # see fedsm_core.data.augment
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
@@ -49,6 +50,15 @@ class RunConfig:
     selector_width: int = 32
     selector_negatives: bool = True
     selector_weighting: str = "equal"
+    personalization: str = "softpull"
+    apfl_alpha: float = 0.5
+    apfl_alpha_lr: float = 0.01
+    ditto_lambda: float = 0.1
+    perfedavg_alpha: float = 0.01
+    perfedavg_steps: int = 1
+    pfedme_lambda: float = 15.0
+    pfedme_k: int = 5
+    pfedme_eta: float = 0.005
     softpull_lambda: float = 0.7
     proximal_mu: float = 0.01
     extra_rounds: int = 10
@@ -94,6 +104,7 @@ class RunConfig:
         _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
         _check_range("selector-width", self.selector_width, 1, 512)
         _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
+        _check_personalization(self)
         _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)
         _check_range("extra-rounds", self.extra_rounds, 1, 100_000)
         _check_range("amplitude-decay", self.amplitude_decay, 1e-6, 1.0)
@@ -144,6 +155,29 @@ class RunConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The kebab-case form, as written in ``[tool.flwr.app.config]``."""
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _check_personalization(config: RunConfig) -> None:
+    """The personalization method and its hyper-parameters; ``softpull-lambda`` matters only for ``softpull``."""
+    _check_choice("personalization", config.personalization, PERSONALIZATIONS)
+    if config.personalization != "softpull" and config.strategy not in ("fedsm", "fedsm-extra"):
+        raise ValueError(
+            f"personalization = '{config.personalization}' trains FedSM's personalized models, but strategy = "
+            f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'; {WHERE}"
+        )
+    _check_range("apfl-alpha", config.apfl_alpha, 0.0, 1.0)
+    _check_range("apfl-alpha-lr", config.apfl_alpha_lr, 0.0, 10.0)
+    _check_range("ditto-lambda", config.ditto_lambda, 0.0, 1e6)
+    _check_range("perfedavg-alpha", config.perfedavg_alpha, 1e-8, 10.0)
+    _check_range("perfedavg-steps", config.perfedavg_steps, 1, 100)
+    _check_range("pfedme-lambda", config.pfedme_lambda, 0.0, 1e6)
+    _check_range("pfedme-k", config.pfedme_k, 1, 100)
+    _check_range("pfedme-eta", config.pfedme_eta, 0.0, 10.0)
+    if config.pfedme_eta * config.pfedme_lambda > 1.0:
+        raise ValueError(
+            f"pfedme-eta * pfedme-lambda = {config.pfedme_eta} * {config.pfedme_lambda} is above 1: the local model "
+            f"w_k <- w_k - eta * lambda * (w_k - theta) would overshoot theta; lower one of them; {WHERE}"
+        )
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -60,6 +60,7 @@ class FedSMStrategy(SiteStrategy):
         super().summary()
         log(INFO, "FedSM: SoftPull lambda=%.3f, gamma=%.3f, selector averaged %s",
             self.fedsm.lam, self.gamma, self.fedsm.selector_weighting)
+        log(INFO, "FedSM: personalized models trained by %s", self.fedsm.personalization)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -58,13 +58,14 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     pixels = pool_channel_statistics([node.pixels for node in setup.nodes])
     selector.set_input_statistics(pixels.mean, pixels.std)
     fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting)
+                  config.selector_weighting, config.personalization)
     strategy = FedSMStrategy(fedsm, setup.nodes, config.gamma, config.eval_every, config.num_server_rounds,
                              setup.on_evaluate, choose_gamma_on_validation=config.gamma_selection == "validation")
 
     def save(folder: Path) -> Path:
         extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda,
                  "held-out-site": config.held_out_site, "preprocessing": info.preprocessing}
+        extra["personalization"] = config.personalization
         bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, strategy.gamma, config.image_size, extra)
         personalized = [fedsm.personalized[name] for name in info.site_names]
         return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized, fedsm.selector_weights)
@@ -79,7 +80,8 @@ def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
     selector = extra_spec(setup.spec).build_selector()
     selector.set_input_statistics(pixels.mean, pixels.std)
     frozen = setup.spec.build_selector()  # FedSM's own selector is not trained here
-    fedsm = FedSM(info.site_names, get_weights(model), get_weights(frozen), config.softpull_lambda)
+    fedsm = FedSM(info.site_names, get_weights(model), get_weights(frozen), config.softpull_lambda,
+                  personalization=config.personalization)
     total = config.num_server_rounds + config.extra_rounds
     strategy = FedSMExtraStrategy(fedsm, get_weights(selector), config.num_server_rounds, setup.nodes,
                                   config.eval_every, total, setup.on_evaluate)

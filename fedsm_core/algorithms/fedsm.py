@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import Weights, check_same_layout, weighted_average
-from fedsm_core.algorithms.softpull import check_lam, soft_pull
+from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
+from fedsm_core.algorithms.softpull import check_lam
 
 
 SELECTOR_WEIGHTINGS = ("equal", "size")
@@ -37,6 +38,8 @@ class FedSMUpdate:
     selector_weights: Weights
     selector_optimizer: Weights
     num_examples: int
+    client_state: Weights = dataclasses.field(default_factory=dict)
+    """What the site keeps for its next round (APFL's ``v_k`` and ``alpha_k``); never sent."""
 
 
 def _copy(weights: Mapping[str, np.ndarray]) -> Weights:
@@ -57,7 +60,9 @@ class FedSM:
       ``w_p,k <- lam w_p,k + (1 - lam)/(K - 1) sum_{k' != k} w_p,k'``; a site
       that did not reply (failed, timed out or was rejected) keeps its
       personalized model unchanged, and that model is its input to the
-      other sites' SoftPull.
+      other sites' SoftPull. With another ``personalization`` method the
+      personalized models are local: each reply is kept as it is
+      (:mod:`fedsm_core.algorithms.personalization.registry`).
 
     Parameters
     ----------
@@ -74,6 +79,11 @@ class FedSM:
         (default), or by ``n_k / n`` like the global model. The selector's
         classes are the sites, so size weighting teaches it the large sites'
         prior; equal weighting treats every site as equally likely.
+    personalization : str
+        How personalized models are trained and folded in: ``softpull``
+        (FedSM's own, default) or a method that keeps them local (``ft``,
+        ``apfl``, ``ditto``, ``perfedavg``, ``pfedme``); ``lam`` is then checked
+        but unused.
     """
 
     def __init__(
@@ -83,6 +93,7 @@ class FedSM:
         selector_weights: Weights,
         lam: float,
         selector_weighting: str = "equal",
+        personalization: str = "softpull",
     ) -> None:
         if selector_weighting not in SELECTOR_WEIGHTINGS:
             raise ValueError(f"selector-weighting = '{selector_weighting}' is not one of {list(SELECTOR_WEIGHTINGS)}")
@@ -90,6 +101,8 @@ class FedSM:
         if len(set(site_names)) != len(site_names) or not site_names:
             raise ValueError(f"FedSM needs distinct, non-empty site names, got {list(site_names)}")
         check_lam(lam, len(site_names))
+        self.personalization = personalization
+        self.personal_update = personalization_method(personalization).server_update
         self.site_names = list(site_names)
         self.lam = float(lam)
         self.global_weights = _copy(global_weights)
@@ -122,7 +135,7 @@ class FedSM:
         if all(u.selector_optimizer for u in replies):
             selector_optimizer = weighted_average([u.selector_optimizer for u in replies], selector_sizes)
         personalized = {**self.personalized, **{site: u.personal_weights for site, u in updates.items()}}
-        pulled = soft_pull(personalized, self.lam)
+        pulled = self.personal_update(personalized, self.lam)
         self.personalized = {site: pulled[site] if site in updates else self.personalized[site]
                              for site in self.site_names}
         self.global_weights, self.selector_weights = global_weights, selector_weights

@@ -8,12 +8,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.algorithms.fedsm import FedSMPayload, FedSMUpdate
+from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
+from fedsm_core.algorithms.personalization.registry import personalization
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 from fedsm_core.training.weight_perturbation import WeightPerturbation
@@ -32,6 +36,7 @@ class TrainSettings:
     selector_negatives: bool = True
     train_selector: bool = True
     augmentation: str = "flip"
+    personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
     perturbation_alpha: float = 0.0
 
 
@@ -64,6 +69,7 @@ def train_fedsm_client(
     spec: ModelSpec,
     settings: TrainSettings,
     device: torch.device,
+    client_state: Weights | None = None,
 ) -> tuple[FedSMUpdate, dict[str, float]]:
     """Train the global copy, the site's personalized model and the selector.
 
@@ -73,6 +79,11 @@ def train_fedsm_client(
     site-contrast negatives). The selector's Adam starts from the moments the
     server averaged and returns its new moments.
 
+    How the personalized model is trained is ``settings.personalization.method``
+    (:mod:`fedsm_core.algorithms.personalization`); FedSM's own is a plain
+    Adam step on the model the server sent. ``client_state`` is what this site
+    kept from its previous round (``update.client_state`` of that round).
+
     Returns
     -------
     (FedSMUpdate, dict)
@@ -81,7 +92,12 @@ def train_fedsm_client(
     if not 0 <= site_index < spec.num_sites:
         raise ValueError(f"site index {site_index} is outside 0..{spec.num_sites - 1}")
     global_model = _loaded(spec.build_segmentation(), payload.global_weights, "global model", device)
-    personal_model = _loaded(spec.build_segmentation(), payload.personal_weights, "personalized model", device)
+    personal = personalization(settings.personalization.method).start(PersonalStart(
+        global_model, payload.global_weights, payload.personal_weights, client_state or {},
+        build=lambda: spec.build_segmentation().to(device),
+        optimizer=lambda parameters: torch.optim.Adam(parameters, lr=settings.lr),
+        loss_fn=soft_dice_loss, settings=settings.personalization,
+    ))
     selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
     selector_optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
     style_generator = torch.Generator().manual_seed(settings.seed + 1)
@@ -89,9 +105,10 @@ def train_fedsm_client(
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
                 hooks=segmentation_hooks(settings)),
-        Learner("personal", personal_model, torch.optim.Adam(personal_model.parameters(), lr=settings.lr),
-                soft_dice_loss, hooks=segmentation_hooks(settings)),
+        personal.learner,
     ]
+    if settings.personalization.method in PLAIN_STEP_METHODS:
+        personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
     if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
         learners.append(Learner(
             "selector", selector, selector_optimizer, F.cross_entropy,
@@ -102,12 +119,18 @@ def train_fedsm_client(
                              settings.augmentation)
     update = FedSMUpdate(
         global_weights=get_weights(global_model),
-        personal_weights=get_weights(personal_model),
+        personal_weights=personal.deployed(lambda: iterate_batches(data, settings.batch_size, shuffle=False)),
         selector_weights=get_weights(selector),
         selector_optimizer=adam_state_to_arrays(selector, selector_optimizer),
         num_examples=len(data.images),
+        client_state=personal.client_state(),
     )
     return update, metrics
+
+
+# Personalized learners that take the loop's plain step, so weight perturbation composes with them;
+# APFL, Per-FedAvg and pFedMe take steps of their own and are trained without it.
+PLAIN_STEP_METHODS = ("softpull", "ft", "ditto")
 
 
 def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:

@@ -1,0 +1,150 @@
+"""What every personalized-model trainer of FedSM shares: its inputs, its settings and its output.
+
+In FedSM (Xu et al., CVPR 2022, Algorithm 1) every site steps three models on
+each minibatch: the local copy ``w`` of the global model, its personalized
+model and the selector. The methods of this package change only the second
+one: they supply the :class:`~fedsm_core.training.local_update.Learner` that
+the shared loop steps after the global copy, and say what the site sends back
+as its personalized model (:meth:`PersonalTrainer.deployed`) and what it keeps
+for its next round (:meth:`PersonalTrainer.client_state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+import torch.nn as nn
+
+from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.config import RunConfig
+from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.training.local_update import Learner, LossFn
+
+Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+OptimizerFactory = Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclasses.dataclass(frozen=True)
+class PersonalizationSettings:
+    """The personalization method and its hyper-parameters (run-config keys of the same names).
+
+    Attributes
+    ----------
+    method : str
+        ``softpull`` (FedSM's own), ``ft``, ``apfl``, ``ditto``, ``perfedavg`` or ``pfedme``.
+    apfl_alpha, apfl_alpha_lr : float
+        APFL's initial mixing weight ``alpha`` and the SGD step size of its
+        update; ``apfl_alpha_lr = 0`` keeps ``alpha`` fixed.
+    ditto_lambda : float
+        Ditto's ``lambda`` of ``lambda / 2 * ||v - w||^2``.
+    perfedavg_alpha : float
+        Per-FedAvg's inner (adaptation) step size ``alpha``.
+    perfedavg_steps : int
+        Inner gradient steps of Per-FedAvg, in training and for the deployed model.
+    pfedme_lambda, pfedme_k, pfedme_eta : float, int, float
+        pFedMe's ``lambda``, inner steps ``K`` per minibatch and local step size ``eta``.
+    """
+
+    method: str = "softpull"
+    apfl_alpha: float = 0.5
+    apfl_alpha_lr: float = 0.01
+    ditto_lambda: float = 0.1
+    perfedavg_alpha: float = 0.01
+    perfedavg_steps: int = 1
+    pfedme_lambda: float = 15.0
+    pfedme_k: int = 5
+    pfedme_eta: float = 0.005
+
+    @classmethod
+    def from_run_config(cls, config: RunConfig) -> PersonalizationSettings:
+        """The fields of the same names in the run config (already range-checked there)."""
+        return cls(config.personalization, config.apfl_alpha, config.apfl_alpha_lr, config.ditto_lambda,
+                   config.perfedavg_alpha, config.perfedavg_steps, config.pfedme_lambda, config.pfedme_k,
+                   config.pfedme_eta)
+
+
+@dataclasses.dataclass
+class PersonalStart:
+    """What a personalization method starts a round from, at one site.
+
+    Attributes
+    ----------
+    global_model : nn.Module
+        The site's local copy of the global model ``w`` *before* local training;
+        the global learner steps it in place during the round.
+    global_weights, personal_weights : dict
+        The global model and this site's personalized model as received.
+    client_state : dict
+        What this site kept from its previous round (:meth:`PersonalTrainer.client_state`);
+        empty before its first round or after its node restarted.
+    build : callable
+        A fresh segmentation model on the training device.
+    optimizer : callable
+        The run's optimizer over the given parameters (Adam at ``lr`` in FedSM).
+    loss_fn : callable
+        ``loss_fn(logits, masks)``, the soft Dice loss in FedSM.
+    settings : PersonalizationSettings
+    """
+
+    global_model: nn.Module
+    global_weights: Weights
+    personal_weights: Weights
+    client_state: Weights
+    build: Callable[[], nn.Module]
+    optimizer: OptimizerFactory
+    loss_fn: LossFn
+    settings: PersonalizationSettings
+
+    def model_from(self, weights: Weights, where: str) -> nn.Module:
+        """A fresh model holding ``weights``."""
+        model = self.build()
+        set_weights(model, weights, where)
+        return model
+
+
+class PersonalTrainer:
+    """A personalized-model learner for one round, and what it hands on afterwards.
+
+    The base class trains its model as the shared loop steps it and deploys the
+    model as it ends the round, which is all FedSM's SoftPull, FT and Ditto need.
+    """
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+
+    def deployed(self, batches: Batches) -> Weights:
+        """The personalized model sent to the server after the local epochs.
+
+        ``batches`` yields the site's training split without augmentation, for
+        methods that adapt their model once more at the end of the round.
+        """
+        return get_weights(self.learner.model)
+
+    def client_state(self) -> Weights:
+        """What the site keeps for its next round; nothing unless a method needs it."""
+        return {}
+
+
+def plain_learner(model: nn.Module, start: PersonalStart) -> Learner:
+    """A learner that minimises the local loss of ``model`` with the run's optimizer."""
+    return Learner("personal", model, start.optimizer(model.parameters()), start.loss_fn)
+
+
+def start_softpull(start: PersonalStart) -> PersonalTrainer:
+    """FedSM's own personalized model: local training from the model the server pulled.
+
+    The server then mixes the replies with SoftPull (Eq. 4 of Xu et al.).
+    """
+    return PersonalTrainer(plain_learner(start.model_from(start.personal_weights, "personalized model"), start))
+
+
+def start_fine_tuning(start: PersonalStart) -> PersonalTrainer:
+    """FT: the personalized model is the received global model ``w`` fine-tuned on local data.
+
+    ``v_k <- w``, then one step of the run's optimizer on ``f_k(v_k)`` per minibatch.
+    Each round starts again from the received global model, so the site's
+    previous personalized model is discarded; the server keeps the reply as it is.
+    """
+    return PersonalTrainer(plain_learner(start.model_from(start.global_weights, "global model"), start))
