@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fedsm_core.algorithms.fedsm import FedSMPayload, FedSMUpdate
+from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
@@ -33,6 +34,21 @@ class TrainSettings:
     train_selector: bool = True
     augmentation: str = "flip"
     perturbation_alpha: float = 0.0
+
+
+def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
+    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed."""
+    return TrainSettings(
+        batch_size=config.batch_size,
+        local_epochs=config.local_epochs,
+        max_local_steps=config.max_local_steps,
+        lr=config.lr,
+        selector_lr=config.selector_lr,
+        seed=config.seed * 1_000_003 + server_round * 101 + site_index,
+        selector_negatives=config.selector_negatives,
+        augmentation=config.augmentation,
+        perturbation_alpha=config.active_perturbation_alpha,
+    )
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
