@@ -16,12 +16,11 @@ from flwr.clientapp import ClientApp
 from client_app import records
 from client_app.site import node_data_paths, resolve_site_index
 from fedsm_core.algorithms.fedsm import FedSMPayload
+from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
 from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
-from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -80,27 +79,12 @@ def query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({records.SITE: reply}), reply_to=msg)
 
 
-def _settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
-    return TrainSettings(
-        batch_size=config.batch_size,
-        local_epochs=config.local_epochs,
-        max_local_steps=config.max_local_steps,
-        lr=config.lr,
-        selector_lr=config.selector_lr,
-        seed=config.seed * 1_000_003 + server_round * 101 + site_index,
-        selector_negatives=config.selector_negatives,
-        augmentation=config.augmentation,
-        personalization=PersonalizationSettings.from_run_config(config),
-        perturbation_alpha=config.active_perturbation_alpha,
-    )
-
-
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One round of local training for the run's strategy."""
     config, info, site_index, device = _setup(context)
     site = _load_site(config, context, site_index)
-    settings = _settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
+    settings = round_settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
     torch.manual_seed(settings.seed)
     phase = str(msg.content[records.CONFIG].get("phase", ""))
     if phase == "selector":

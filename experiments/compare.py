@@ -78,15 +78,16 @@ def _format_overrides(values: dict[str, object]) -> str:
                     for k, v in values.items())
 
 
-def launch_run(settings: dict[str, object], runs: Path, label: str) -> Path:
+def launch_run(settings: dict[str, object], runs: Path, label: str, env: dict[str, str] | None = None) -> Path:
     """One ``flwr run`` through ``scripts/run-simulation.sh``; returns its run folder.
 
-    The simulation gets one SuperNode per training site. Raises RuntimeError
-    with the end of the run's output when it fails.
+    The simulation gets one SuperNode per training site; ``env`` adds to (or
+    overrides) this process's environment. Raises RuntimeError with the end of
+    the run's output when it fails.
     """
     config = RunConfig.from_mapping(settings)
     sites = training_dataset(config.dataset, config.held_out_site).num_sites
-    env = {**os.environ, "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(sites)}
+    env = {**os.environ, **(env or {}), "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(sites)}
     command = ["bash", str(ROOT / "scripts" / "run-simulation.sh"), _format_overrides(settings)]
     print(f"[{label}] {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -18,8 +18,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Self
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -42,35 +44,93 @@ def _process_start_and_rss(pid: str, boot: float) -> tuple[float, int] | None:
     return boot + int(fields[19]) / CLOCK_TICKS, int(statm.split()[1]) * PAGE_SIZE
 
 
-def _new_process_rss(since: float, own_pid: int) -> tuple[int, int]:
-    """Summed RSS (bytes) and count of processes started at or after ``since`` (Linux /proc)."""
+def _has_marker(pid: str, marker: str) -> bool:
+    """Whether process ``pid`` has ``marker`` (``NAME=value``) in its environment."""
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # ended, or another user's process
+        return False
+
+
+def _new_process_rss(since: float, own_pid: int, marker: str | None = None) -> tuple[int, int]:
+    """Summed RSS (bytes) and count of processes started at or after ``since`` (Linux /proc).
+
+    With ``marker`` (``NAME=value``), only processes whose environment holds it
+    are counted: a run's processes inherit it, unrelated ones do not.
+    """
     boot = _boot_time()
     total = count = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == own_pid:
             continue
         found = _process_start_and_rss(entry, boot)
-        if found is not None and found[0] >= since - 1.0:
+        if found is not None and found[0] >= since - 1.0 and (marker is None or _has_marker(entry, marker)):
             total += found[1]
             count += 1
     return total, count
 
 
+class PeakMemory:
+    """Samples, in a background thread, the summed RSS of processes started after it began.
+
+    Use as a context manager around any code that starts processes::
+
+        with PeakMemory(marker="BENCH_TAG=run-3") as peak:
+            subprocess.run(command, env={**os.environ, "BENCH_TAG": "run-3"})
+        peak.gib, peak.processes
+
+    Parameters
+    ----------
+    interval : float
+        Seconds between samples.
+    marker : str, optional
+        ``NAME=value`` that the processes to count carry in their environment
+        (see :func:`_new_process_rss`); without it, every process started
+        meanwhile counts, unrelated ones too.
+    """
+
+    def __init__(self, interval: float = 0.5, marker: str | None = None) -> None:
+        self.interval = interval
+        self.marker = marker
+        self.peak_bytes = 0
+        self.processes = 0
+        self._started = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @property
+    def gib(self) -> float:
+        """The peak summed RSS in GiB."""
+        return round(self.peak_bytes / 2**30, 3)
+
+    def _sample(self) -> None:
+        while True:
+            rss, count = _new_process_rss(self._started, os.getpid(), self.marker)
+            if rss > self.peak_bytes:
+                self.peak_bytes, self.processes = rss, count
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> Self:
+        self._started = time.time()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def measure(command: list[str], interval: float) -> dict[str, float]:
     """Run ``command``; return exit code, wall seconds and peak summed RSS in GiB."""
     started = time.time()
-    child = subprocess.Popen(command)
-    peak = peak_count = 0
-    while child.poll() is None:
-        rss, count = _new_process_rss(started, os.getpid())
-        if rss > peak:
-            peak, peak_count = rss, count
-        time.sleep(interval)
+    with PeakMemory(interval) as peak:
+        returncode = subprocess.run(command, check=False).returncode
     return {
-        "exit_code": child.returncode,
+        "exit_code": returncode,
         "wall_seconds": round(time.time() - started, 1),
-        "peak_rss_gib": round(peak / 2**30, 3),
-        "processes_at_peak": peak_count,
+        "peak_rss_gib": peak.gib,
+        "processes_at_peak": peak.processes,
     }
 
 

@@ -11,8 +11,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from fedsm_core.data.synthetic_copies import fundus_site_count
+
 STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra", "harmofl", "fedbn")
-DATASETS = ("synthetic-fundus", "synthetic-prostate")  # or the path of a federation spec (*.toml)
+# Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
+DATASETS = ("synthetic-fundus", "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 NORMS = ("group", "batch")
@@ -85,7 +88,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_choice("strategy", self.strategy, STRATEGIES)
-        if not self.dataset.endswith(".toml"):
+        if not self.dataset.endswith(".toml") and fundus_site_count(self.dataset) is None:
             _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("augmentation", self.augmentation, AUGMENTATIONS)

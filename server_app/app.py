@@ -53,12 +53,16 @@ def main(grid: Grid, context: Context) -> None:
         save_checkpoint(checkpoint, server_round, config.to_mapping(), info.site_names, strategy.name,
                         strategy.state_dict(), reporter.metrics.rows)
 
+    strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)
     validation_notes = strategy.finish_validation()
-    test_replies = grid.send_and_receive(strategy.evaluation_messages("test"), timeout=config.round_timeout)
+    test_replies = strategy.exchange(grid, strategy.evaluation_messages("test"), config.round_timeout,
+                                     strategy.num_rounds, stage="test")
     strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)
     saved = save_model(folder)
     wall = time.monotonic() - started
+    strategy.traffic.add_time(0, "server-app", wall)
+    strategy.traffic.write(folder)
     notes = [f"wall time {wall:.1f} s", f"model: {saved.name}", *validation_notes]
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)

@@ -16,6 +16,7 @@ from fedsm_core.algorithms.aggregation import Weights, check_same_layout
 from fedsm_core.algorithms.harmofl import AmplitudeSchedule
 from fedsm_core.reporting import pool_site_metrics
 from server_app.discovery import SiteNode
+from server_app.traffic import RECEIVED, SENT, TrafficLog
 
 EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
 
@@ -53,6 +54,7 @@ class SiteStrategy(Strategy):
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.min_replies = 1
         self.amplitude: AmplitudeSchedule | None = None  # set for runs with amplitude normalization
+        self.traffic = TrafficLog()
 
     def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], None]) -> None:
         """Rounds ``first_round .. num_rounds``: train, aggregate, evaluate, then ``after_round(r)``.
@@ -64,13 +66,31 @@ class SiteStrategy(Strategy):
         self.summary()
         for server_round in range(first_round, self.num_rounds + 1):
             log(INFO, "[ROUND %d/%d]", server_round, self.num_rounds)
-            arrays, config = ArrayRecord(), ConfigRecord()
-            replies = grid.send_and_receive(self.configure_train(server_round, arrays, config, grid), timeout=timeout)
-            self.aggregate_train(server_round, replies)
-            messages = list(self.configure_evaluate(server_round, arrays, config, grid))
-            if messages:
-                self.aggregate_evaluate(server_round, grid.send_and_receive(messages, timeout=timeout))
+            with self.traffic.timed(server_round, "round"):
+                arrays, config = ArrayRecord(), ConfigRecord()
+                replies = self.exchange(grid, self.configure_train(server_round, arrays, config, grid), timeout,
+                                        server_round)
+                self.aggregate_train(server_round, replies)
+                messages = list(self.configure_evaluate(server_round, arrays, config, grid))
+                if messages:
+                    self.aggregate_evaluate(server_round, self.exchange(grid, messages, timeout, server_round))
             after_round(server_round)
+
+    def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float, server_round: int,
+                 stage: str | None = None) -> list[Message]:
+        """``grid.send_and_receive``, recording bytes per site and direction and the wall time in ``traffic``.
+
+        ``stage`` labels the rows (default: the messages' type, ``train`` or ``evaluate``).
+        """
+        messages = list(messages)
+        if not messages:
+            return []
+        stage = stage or messages[0].metadata.message_type
+        self.traffic.add_messages(server_round, stage, SENT, messages, self.site_of_node)  # before they leave
+        with self.traffic.timed(server_round, stage):
+            replies = list(grid.send_and_receive(messages, timeout=timeout))
+        self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of_node)
+        return replies
 
     def require_replies(self, server_round: int, accepted: int) -> None:
         """Stop the run when fewer than ``min_replies`` valid replies came in this round.

@@ -12,6 +12,7 @@ from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.algorithms.fedsm import FedSMPayload, FedSMUpdate
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
 from fedsm_core.algorithms.personalization.registry import personalization
+from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style
 from fedsm_core.losses import soft_dice_loss
@@ -38,6 +39,22 @@ class TrainSettings:
     augmentation: str = "flip"
     personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
     perturbation_alpha: float = 0.0
+
+
+def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
+    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed."""
+    return TrainSettings(
+        batch_size=config.batch_size,
+        local_epochs=config.local_epochs,
+        max_local_steps=config.max_local_steps,
+        lr=config.lr,
+        selector_lr=config.selector_lr,
+        seed=config.seed * 1_000_003 + server_round * 101 + site_index,
+        selector_negatives=config.selector_negatives,
+        augmentation=config.augmentation,
+        personalization=PersonalizationSettings.from_run_config(config),
+        perturbation_alpha=config.active_perturbation_alpha,
+    )
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):

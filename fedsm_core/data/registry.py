@@ -10,6 +10,7 @@ from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.files import DataError
 from fedsm_core.data.federation import FederationSpec, load_federation, locate_spec
 from fedsm_core.data.sources import data_source
+from fedsm_core.data.synthetic_copies import MAX_SITES, PREFIX, copy_site_name, fundus_site_count, generate_copy_site
 from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
 from fedsm_core.data.synthetic_prostate import PROSTATE_SITES
 from fedsm_core.data.synthetic_prostate import generate_site as generate_prostate_site
@@ -49,6 +50,14 @@ def _synthetic_fundus() -> DatasetInfo:
         site_names=tuple(site.name for site in FUNDUS_SITES),
         structures=("disc", "cup"),
         load_site=lambda index, size, scale, seed: generate_site(index, image_size=size, scale=scale, seed=seed),
+    )
+
+
+def _synthetic_fundus_copies(count: int) -> DatasetInfo:
+    return DatasetInfo(
+        site_names=tuple(copy_site_name(index) for index in range(count)),
+        structures=("disc", "cup"),
+        load_site=lambda index, size, scale, seed: generate_copy_site(index, size, scale, seed),
     )
 
 
@@ -132,7 +141,9 @@ def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) 
     Parameters
     ----------
     name : str
-        A key of :data:`DATASETS` or the path of a federation spec.
+        A key of :data:`DATASETS`, ``synthetic-fundus-<K>`` (K generated
+        fundus sites, see :mod:`fedsm_core.data.synthetic_copies`) or the
+        path of a federation spec.
     data_paths : mapping, optional
         Site name -> data folder, replacing the spec's ``path`` (a SuperNode's
         own folder from its node config).
@@ -144,9 +155,12 @@ def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) 
     """
     if name.endswith(".toml"):
         return _federation(load_federation(locate_spec(name)), data_paths or {})
+    count = fundus_site_count(name)
+    if count is not None:
+        return _synthetic_fundus_copies(count)
     if name not in DATASETS:
-        raise ValueError(f"dataset = '{name}' is unknown; known datasets: {sorted(DATASETS)} "
-                         "or the path of a federation spec (*.toml)")
+        raise ValueError(f"dataset = '{name}' is unknown; known datasets: {sorted(DATASETS)}, "
+                         f"{PREFIX}<K> (K = 2..{MAX_SITES} sites) or the path of a federation spec (*.toml)")
     return DATASETS[name]()
 
 

@@ -156,3 +156,51 @@ def test_a_failing_round_stops_the_run_before_after_round():
         strategy.run(FakeGrid(events), 1, 1.0, lambda r: events.append(("after_round", r)))
     assert _rounds_of(events, "after_round") == []
     assert _rounds_of(events, "configure_train") == [1]
+
+
+def test_run_records_one_traffic_row_per_site_direction_and_type_per_round():
+    # Execute: rounds 1..2, validation in both
+    strategy, _, _ = _run(first_round=1, num_rounds=2, eval_every=1)
+
+    # Assert
+    keys = [(r["round"], r["stage"], r["site"], r["direction"]) for r in strategy.traffic.rows]
+    expected = {(rnd, stage, node.site_name, direction) for rnd in (1, 2) for stage in ("train", "evaluate")
+                for node in NODES for direction in ("sent", "received")}
+    assert len(keys) == len(set(keys)) == len(expected) == 24
+    assert set(keys) == expected
+
+
+def test_traffic_bytes_of_the_fake_round_by_hand():
+    # Execute
+    strategy, _, _ = _run(first_round=1, num_rounds=1, eval_every=1)
+
+    # Assert: w is two float64 = 128-byte .npy header + 16; config "server-round" 8 bytes, "split" "val" 3;
+    # training replies add loss + num-examples (16), evaluation replies dice + num-images (16)
+    sizes = {(r["stage"], r["direction"]): (r["bytes"], r["array-bytes"]) for r in strategy.traffic.rows}
+    assert sizes == {("train", "sent"): (152, 144), ("train", "received"): (160, 144),
+                     ("evaluate", "sent"): (147, 144), ("evaluate", "received"): (16, 0)}
+
+
+def test_run_times_each_round_and_each_exchange():
+    # Execute: rounds 2..4, validation only in 3 and 4
+    strategy, _, _ = _run(first_round=2, num_rounds=4, eval_every=3)
+
+    # Assert
+    parts = [(t["round"], t["part"]) for t in strategy.traffic.timings]
+    assert parts == [(2, "train"), (2, "round"), (3, "train"), (3, "evaluate"), (3, "round"),
+                     (4, "train"), (4, "evaluate"), (4, "round")]
+    assert all(t["seconds"] >= 0 for t in strategy.traffic.timings)
+
+
+def test_exchange_labels_rows_with_the_given_stage():
+    # Prepare
+    events: list[tuple] = []
+    strategy = SpyStrategy(events, 1, 3)
+
+    # Execute
+    replies = strategy.exchange(FakeGrid(events), strategy.evaluation_messages("test"), 1.0, 3, stage="test")
+
+    # Assert
+    assert len(replies) == 3
+    assert {(r["round"], r["stage"]) for r in strategy.traffic.rows} == {(3, "test")}
+    assert [t["part"] for t in strategy.traffic.timings] == ["test"]

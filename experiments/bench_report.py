@@ -1,0 +1,168 @@
+"""The Markdown report of :mod:`experiments.bench`, from its results dictionary.
+
+Every section takes plain numbers (the JSON the benchmark writes), so the
+report can be rebuilt from ``results.json`` and tested on hand-made values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from statistics import mean
+
+MB = 1e6
+
+
+def _mb(value: float) -> str:
+    return f"{value / MB:.2f}"
+
+
+def _seconds(values: Sequence[float]) -> float:
+    return mean(values) if values else math.nan
+
+
+def expected_bytes(sizes: Mapping[str, int]) -> dict[str, float]:
+    """Bytes per site and message of each accounting, from one U-Net (``model``), ``selector``, ``moments``, K.
+
+    ``paper``: 2 U-Nets (global, own personalized) + selector, each way;
+    ``app``: the same plus the selector's Adam moments, as this app sends
+    them (after round 1 on the way down); ``all-personalized``: the global
+    model, all K personalized models, the selector and its moments;
+    ``super-model``: what an evaluation message carries (global + K personalized + selector).
+    """
+    model, selector, moments, sites = sizes["model"], sizes["selector"], sizes["moments"], sizes["sites"]
+    return {
+        "paper": 2 * model + selector,
+        "app": 2 * model + selector + moments,
+        "all-personalized": (sites + 1) * model + selector + moments,
+        "super-model": (sites + 1) * model + selector,
+    }
+
+
+def _measured(traffic: Mapping[str, Mapping[str, float]], key: str) -> float:
+    return traffic[key]["array-bytes"] if key in traffic else math.nan
+
+
+def _later_rounds(traffic: Mapping[str, Mapping[str, float]], key: str) -> float:
+    values = [v["array-bytes"] for k, v in traffic.items() if k.startswith(f"{key}/round-") and k != f"{key}/round-1"]
+    return mean(values) if values else math.nan
+
+
+def wire_section(sizes: Mapping[str, int], traffic: Mapping[str, Mapping[str, float]], eval_every: int) -> list[str]:
+    """Measured model bytes per site and message next to the paper's and other accountings (MB)."""
+    expected = expected_bytes(sizes)
+    k = sizes["sites"]
+    rows = [
+        ("measured: training, round 1 (no Adam moments yet)", _measured(traffic, "train/sent/round-1"),
+         _measured(traffic, "train/received/round-1")),
+        ("measured: training, rounds 2+", _later_rounds(traffic, "train/sent"), _later_rounds(traffic, "train/received")),
+        ("this app: 2 U-Nets + selector + selector's Adam moments", expected["app"], expected["app"]),
+        ("paper: 2 U-Nets (global, own personalized) + selector", expected["paper"], expected["paper"]),
+        (f"sending all K = {k} personalized models (+ global, selector, moments)", expected["all-personalized"],
+         expected["app"]),
+        ("measured: evaluation (validation), per evaluated round", _measured(traffic, "evaluate/sent"),
+         _measured(traffic, "evaluate/received")),
+        ("measured: final test evaluation", _measured(traffic, "test/sent"), _measured(traffic, "test/received")),
+        (f"super model (global + {k} personalized + selector)", expected["super-model"], 0.0),
+    ]
+    train_round = (_measured(traffic, "train/sent") + _measured(traffic, "train/received")) * k
+    evaluate_round = (_measured(traffic, "evaluate/sent") + _measured(traffic, "evaluate/received")) * k
+    lines = ["## Bytes on the wire per site and message", "",
+             (f"Array payload in MB (1 MB = 10^6 bytes) per site; one U-Net = {_mb(sizes['model'])} MB, "
+              f"selector = {_mb(sizes['selector'])} MB, its Adam moments = {_mb(sizes['moments'])} MB; K = {k}."),
+             "", "| | server -> site | site -> server | vs paper (down) |", "|---|---|---|---|"]
+    lines += [f"| {name} | {_mb(down)} | {_mb(up)} | {down / expected['paper']:.2f}x |" for name, down, up in rows]
+    lines += ["", (f"All {k} sites together: training {_mb(train_round)} MB per round; a validation round adds "
+                   f"{_mb(evaluate_round)} MB ({evaluate_round / train_round:.2f}x the training traffic; validation "
+                   f"every {eval_every} round(s)). Evaluation messages carry the whole super model to every site, "
+                   "which is what Algorithm 2 needs. Config and metric records add "
+                   f"{_config_bytes(traffic):.0f} bytes or less per message.")]
+    return lines
+
+
+def _config_bytes(traffic: Mapping[str, Mapping[str, float]]) -> float:
+    return max((v["bytes"] - v["array-bytes"] for v in traffic.values()), default=0.0)
+
+
+def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) -> list[str]:
+    """Wall time of the same training through ``flwr run`` and as a plain loop in one process."""
+    rounds_f, rounds_l = flwr["round-seconds"], local["round-seconds"]
+    rows = [("total wall time", flwr["wall-seconds"], local["total-seconds"]),
+            ("sum of rounds", sum(rounds_f), sum(rounds_l)),
+            ("mean round", _seconds(rounds_f), _seconds(rounds_l)),
+            *[(f"round {i + 1}", f, p) for i, (f, p) in enumerate(zip(rounds_f, rounds_l, strict=True))],
+            ("training exchange / training, mean per round", _seconds(flwr["train-seconds"]),
+             _seconds(local["train-seconds"])),
+            ("start-up: total minus rounds (flwr) / data and models (in-process)", flwr["start-up-seconds"],
+             local["setup-seconds"]),
+            ("  of which the ServerApp's own setup (site discovery, models)", flwr["setup-seconds"], math.nan),
+            ("final test evaluation", flwr["test-seconds"], local["test-seconds"])]
+    lines = ["## Framework overhead", "", "Same data, rounds, batches and seeds; seconds.", "",
+             "| | flwr run | in-process | ratio |", "|---|---|---|---|"]
+    lines += [f"| {name} | {f:.1f} | - | - |" if math.isnan(p) else f"| {name} | {f:.1f} | {p:.1f} | {f / p:.2f} |"
+              for name, f, p in rows]
+    lines += ["", (f"Pooled test Dice of the super model: flwr run {flwr['test-dice-super']:.4f}, "
+                   f"in-process {local['test-dice-super']:.4f}. Peak memory: flwr run {flwr['peak-rss-gib']:.2f} GiB "
+                   f"(all its processes), in-process {local['max-rss-gib']:.2f} GiB (max RSS of the benchmark "
+                   "process).")]
+    return lines
+
+
+def memory_section(runs: Sequence[Mapping[str, object]]) -> list[str]:
+    """Peak summed RSS and time per round by number of sites."""
+    lines = ["## Peak memory by number of sites", "",
+             "| sites | image size | peak RSS, all processes (GiB) | processes at peak | mean round (s) | wall (s) |",
+             "|---|---|---|---|---|---|"]
+    for run in sorted(runs, key=lambda r: r["sites"]):
+        lines.append(f"| {run['sites']} | {run['settings']['image-size']} | {run['peak-rss-gib']:.2f} | "
+                     f"{run['processes-at-peak']} | {_seconds(run['round-seconds']):.1f} | {run['wall-seconds']:.0f} |")
+    return lines
+
+
+def scaling_section(runs: Sequence[Mapping[str, object]]) -> list[str]:
+    """Time per round as sites and image size grow."""
+    lines = ["## Time per round by sites and image size", "",
+             "| sites | image size | mean round (s) | training exchange (s) | per site (s) | peak RSS (GiB) |",
+             "|---|---|---|---|---|---|"]
+    for run in sorted(runs, key=lambda r: (r["settings"]["image-size"], r["sites"])):
+        per_round = _seconds(run["round-seconds"])
+        lines.append(f"| {run['sites']} | {run['settings']['image-size']} | {per_round:.1f} | "
+                     f"{_seconds(run['train-seconds']):.1f} | {per_round / run['sites']:.2f} | "
+                     f"{run['peak-rss-gib']:.2f} |")
+    return lines
+
+
+def gpu_section(gpu: Mapping[str, object]) -> list[str]:
+    """GPU time per round and training images per second, or why the part was skipped."""
+    lines = ["## GPU", ""]
+    if "skipped" in gpu:
+        return lines + [f"Skipped: {gpu['skipped']}."]
+    images = sum(gpu["train-images"])
+    lines += [f"{gpu['device']}, {gpu['image-size']} px, in-process loop, {gpu['sites']} sites.", "",
+              "| round | round (s) | training (s) | training images | images / s |", "|---|---|---|---|---|"]
+    for i, (r, t, n) in enumerate(zip(gpu["round-seconds"], gpu["train-seconds"], gpu["train-images"], strict=True)):
+        lines.append(f"| {i + 1} | {r:.2f} | {t:.2f} | {n} | {n / t:.1f} |")
+    lines += ["", (f"Overall {images / sum(gpu['train-seconds']):.1f} training images per second "
+                   "(each image steps the global copy, the personalized model and the selector).")]
+    return lines
+
+
+def write_report(path: Path, results: Mapping[str, object]) -> str:
+    """Write the sections present in ``results`` to ``path``; return the text."""
+    lines = ["# FedSM benchmark", "", (f"Settings: {results['settings']}; wall time of the benchmark "
+                                       f"{results.get('wall-seconds', math.nan):.0f} s."), ""]
+    if "wire" in results:
+        wire = results["wire"]
+        lines += wire_section(wire["sizes"], wire["traffic"], wire["eval-every"]) + [""]
+    if "overhead" in results:
+        lines += overhead_section(results["overhead"]["flwr"], results["overhead"]["in-process"]) + [""]
+    if "memory" in results:
+        lines += memory_section(results["memory"]) + [""]
+    if "scaling" in results:
+        lines += scaling_section(results["scaling"]) + [""]
+    if "gpu" in results:
+        lines += gpu_section(results["gpu"]) + [""]
+    text = "\n".join(lines)
+    Path(path).write_text(text)
+    return text

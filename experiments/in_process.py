@@ -1,0 +1,154 @@
+"""FedSM without Flower: the same rounds as the app, as a plain loop in this process.
+
+It composes the core functions the ServerApp and ClientApp call
+(:class:`~fedsm_core.algorithms.fedsm.FedSM`,
+:func:`~fedsm_core.algorithms.fedsm_client.train_fedsm_client`,
+:func:`~fedsm_core.evaluation.evaluate_super_model`) with the same data, model
+initialisation, per-(round, site) seeds
+(:func:`~fedsm_core.algorithms.fedsm_client.round_settings`), validation
+schedule (every ``eval-every`` rounds and the last), gamma chosen on validation
+and final test evaluation. What is left out is exactly what Flower adds:
+messages, serialization, the SuperLink, Ray workers and process start-up. It is
+the baseline of the framework-overhead benchmark (:mod:`experiments.bench`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import time
+
+import torch
+
+from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.config import RunConfig
+from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.data.statistics import channel_statistics, pool_channel_statistics
+from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.reporting import pool_site_metrics
+
+
+@dataclasses.dataclass
+class Federation:
+    """Everything the loop needs: run settings, sites' data, models' spec, server state, device."""
+
+    config: RunConfig
+    sites: list[SiteSplits]
+    spec: ModelSpec
+    fedsm: FedSM
+    device: torch.device
+
+
+def _clock(device: torch.device) -> float:
+    """Wall time after the device's queued work has finished (CUDA kernels run asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.monotonic()
+
+
+def prepare(config: RunConfig) -> Federation:
+    """Load every site and initialise the super model as the ServerApp does.
+
+    The U-Net is initialised under ``torch.manual_seed(seed)``; the selector's
+    input statistics are the pooled pixel statistics of the training splits.
+    """
+    set_cpu_threads(config.torch_threads)
+    info = training_dataset(config.dataset, config.held_out_site)
+    sites = [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
+    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    torch.manual_seed(config.seed)
+    model = spec.build_segmentation()
+    selector = spec.build_selector()
+    pixels = pool_channel_statistics([channel_statistics(site.train.images) for site in sites])
+    selector.set_input_statistics(pixels.mean, pixels.std)
+    fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
+                  config.selector_weighting)
+    return Federation(config, sites, spec, fedsm, select_device(config.device))
+
+
+def train_round(federation: Federation, server_round: int) -> int:
+    """One round of Algorithm 1 at every site, then FedSM aggregation; returns the training images seen."""
+    updates: dict[str, FedSMUpdate] = {}
+    images = 0
+    for index, site in enumerate(federation.sites):
+        settings = round_settings(federation.config, server_round, index)
+        torch.manual_seed(settings.seed)
+        payload = federation.fedsm.payload_for(site.name)
+        updates[site.name], metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
+                                                         federation.device)
+        images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
+    federation.fedsm.aggregate(updates)
+    return images
+
+
+def super_model(federation: Federation, gamma: float) -> SuperModel:
+    """The server's current super model as modules."""
+    fedsm, spec = federation.fedsm, federation.spec
+    models = []
+    for name, weights in [("global model", fedsm.global_weights),
+                          *[(f"personalized model {site}", fedsm.personalized[site]) for site in fedsm.site_names]]:
+        model = spec.build_segmentation()
+        set_weights(model, weights, name)
+        models.append(model)
+    selector = spec.build_selector()
+    set_weights(selector, fedsm.selector_weights, "selector")
+    return SuperModel(models[0], models[1:], selector, gamma)
+
+
+def evaluate(federation: Federation, split: str, gamma: float) -> dict[str, dict[str, float | list[float]]]:
+    """Per-site metrics of the super model on ``split`` (validation also sweeps gamma), as the ClientApp."""
+    model = super_model(federation, gamma)
+    gammas = list(GAMMA_GRID) if split == "val" else []
+    batch = federation.config.batch_size * 2
+    return {site.name: evaluate_super_model(model, index, getattr(site, split), batch, federation.device, gammas)
+            for index, site in enumerate(federation.sites)}
+
+
+def chosen_gamma(config: RunConfig, validation: dict[str, dict[str, float | list[float]]]) -> float:
+    """``gamma`` of the run config, or the best one on the last validation sweep (``gamma-selection``)."""
+    if config.gamma_selection != "validation" or not validation:
+        return config.gamma
+    sweeps = {site: (m["dice-super-sweep"], float(m["num-images"])) for site, m in validation.items()}
+    return choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+
+
+def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:
+    """Train and evaluate FedSM as the app does; return wall times, images per round and test Dice.
+
+    Returns
+    -------
+    dict
+        ``setup-seconds`` (data and models), ``round-seconds`` (one per
+        round: training, aggregation and any validation), ``train-seconds``,
+        ``train-images`` (per round), ``test-seconds``, ``total-seconds``,
+        ``test-dice-super`` (pooled) and ``max-rss-gib`` of this process.
+    """
+    started = time.monotonic()
+    federation = prepare(config)
+    result: dict[str, object] = {"setup-seconds": _clock(federation.device) - started, "round-seconds": [],
+                                 "train-seconds": [], "train-images": []}
+    validation: dict[str, dict[str, float | list[float]]] = {}
+    for server_round in range(1, config.num_server_rounds + 1):
+        began = _clock(federation.device)
+        result["train-images"].append(train_round(federation, server_round))
+        result["train-seconds"].append(_clock(federation.device) - began)
+        if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
+            validation = evaluate(federation, "val", config.gamma)
+        result["round-seconds"].append(_clock(federation.device) - began)
+        progress(f"[in-process] round {server_round}/{config.num_server_rounds}: "
+                 f"{result['round-seconds'][-1]:.1f} s")
+    began = _clock(federation.device)
+    test = evaluate(federation, "test", chosen_gamma(config, validation))
+    result["test-seconds"] = _clock(federation.device) - began
+    result["total-seconds"] = _clock(federation.device) - started
+    plain = {site: {k: v for k, v in m.items() if not isinstance(v, list)} for site, m in test.items()}
+    result["test-dice-super"] = pool_site_metrics(plain)["dice-super"]
+    result["max-rss-gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+    return result

@@ -1,0 +1,122 @@
+"""The benchmark's report on hand-made numbers, and how it reads a run folder's CSV files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.bench import Plan
+from experiments.bench_report import (
+    expected_bytes,
+    gpu_section,
+    overhead_section,
+    wire_section,
+    write_report,
+)
+from experiments.bench_runs import round_times, traffic_per_site
+
+SIZES = {"model": 1_000_000, "selector": 200_000, "moments": 400_000, "sites": 3}
+
+
+def _traffic_rows():
+    rows = []
+    for rnd, down in ((1, 2_200_000), (2, 2_600_000), (3, 2_600_000)):
+        for site in ("a", "b", "c"):
+            rows.append({"round": str(rnd), "stage": "train", "site": site, "direction": "sent",
+                         "bytes": str(down + 8), "array-bytes": str(down)})
+            rows.append({"round": str(rnd), "stage": "train", "site": site, "direction": "received",
+                         "bytes": str(2_600_032), "array-bytes": "2600000"})
+    for site in ("a", "b", "c"):
+        rows.append({"round": "3", "stage": "evaluate", "site": site, "direction": "sent",
+                     "bytes": "4200020", "array-bytes": "4200000"})
+    return rows
+
+
+def _run(rounds, **extra):
+    return {"wall-seconds": 100.0, "round-seconds": rounds, "train-seconds": [r / 2 for r in rounds],
+            "start-up-seconds": 100.0 - sum(rounds), "setup-seconds": 5.0, "test-seconds": 4.0,
+            "test-dice-super": 0.8, "peak-rss-gib": 3.0, **extra}
+
+
+def test_expected_bytes_by_hand():
+    # 2 * 1.0 + 0.2 = 2.2 MB; + 0.4 = 2.6 MB; 4 * 1.0 + 0.2 + 0.4 = 4.6 MB; 4 * 1.0 + 0.2 = 4.2 MB
+    assert expected_bytes(SIZES) == {"paper": 2_200_000, "app": 2_600_000, "all-personalized": 4_600_000,
+                                     "super-model": 4_200_000}
+
+
+def test_traffic_per_site_averages_over_sites_and_rounds():
+    traffic = traffic_per_site(_traffic_rows())
+
+    # (2.2 + 2.6 + 2.6) / 3 = 2.4666... MB over the 9 training messages sent
+    assert traffic["train/sent"]["array-bytes"] == pytest.approx(7_400_000 / 3)
+    assert traffic["train/sent"]["messages"] == 9
+    assert traffic["train/sent/round-1"] == {"bytes": 2_200_008, "array-bytes": 2_200_000, "messages": 3}
+    assert traffic["evaluate/sent"]["array-bytes"] == 4_200_000
+
+
+def test_wire_section_compares_measured_rows_with_the_accountings():
+    lines = wire_section(SIZES, traffic_per_site(_traffic_rows()), eval_every=1)
+
+    text = "\n".join(lines)
+    assert "| measured: training, round 1 (no Adam moments yet) | 2.20 | 2.60 | 1.00x |" in text
+    assert "| measured: training, rounds 2+ | 2.60 | 2.60 | 1.18x |" in text  # 2.6 / 2.2
+    assert "| paper: 2 U-Nets (global, own personalized) + selector | 2.20 | 2.20 | 1.00x |" in text
+    assert "| sending all K = 3 personalized models (+ global, selector, moments) | 4.60 | 2.60 | 2.09x |" in text
+    assert "| measured: evaluation (validation), per evaluated round | 4.20 | nan |" in text
+    # all sites, training per round: (2.4667 + 2.6) * 3 = 15.20 MB
+    assert "training 15.20 MB per round" in text
+
+
+def test_overhead_section_ratios_per_round_and_total():
+    flwr = _run([20.0, 10.0])
+    local = {"total-seconds": 25.0, "round-seconds": [10.0, 5.0], "train-seconds": [8.0, 4.0],
+             "setup-seconds": 2.0, "test-seconds": 2.0, "test-dice-super": 0.8, "max-rss-gib": 1.5}
+
+    text = "\n".join(overhead_section(flwr, local))
+
+    assert "| total wall time | 100.0 | 25.0 | 4.00 |" in text
+    assert "| round 1 | 20.0 | 10.0 | 2.00 |" in text
+    assert "| mean round | 15.0 | 7.5 | 2.00 |" in text
+    assert "| start-up: total minus rounds (flwr) / data and models (in-process) | 70.0 | 2.0 | 35.00 |" in text
+    assert "| - | - |" in text  # the ServerApp's setup has no in-process counterpart
+
+
+def test_gpu_section_says_why_it_skipped_and_computes_images_per_second():
+    assert gpu_section({"skipped": "no CUDA GPU"})[-1] == "Skipped: no CUDA GPU."
+    lines = gpu_section({"device": "GPU", "image-size": 256, "sites": 6, "round-seconds": [3.0, 2.0],
+                         "train-seconds": [2.0, 1.0], "train-images": [100, 100]})
+    assert "| 1 | 3.00 | 2.00 | 100 | 50.0 |" in lines
+    assert lines[-1].startswith("Overall 66.7 training images per second")  # 200 / 3
+
+
+def test_write_report_has_the_sections_present(tmp_path):
+    run = {**_run([2.0, 4.0]), "sites": 2, "processes-at-peak": 9, "settings": {"image-size": 64}}
+    results = {"settings": {"num-server-rounds": 2}, "wall-seconds": 12.0, "memory": [run], "scaling": [run]}
+
+    text = write_report(tmp_path / "report.md", results)
+
+    assert (tmp_path / "report.md").read_text() == text
+    assert "## Peak memory by number of sites" in text and "| 2 | 64 | 3.00 | 9 | 3.0 | 100 |" in text
+    assert "| 2 | 64 | 3.0 | 1.5 | 1.50 | 3.00 |" in text
+    assert "## Bytes" not in text and "## GPU" not in text
+
+
+def test_round_times_from_a_timing_file():
+    rows = [{"round": "0", "part": "setup", "seconds": "3.5"}, {"round": "2", "part": "round", "seconds": "7"},
+            {"round": "1", "part": "round", "seconds": "9"}, {"round": "1", "part": "train", "seconds": "6"},
+            {"round": "0", "part": "server-app", "seconds": "30"}]
+
+    times = round_times(rows)
+
+    assert times["round-seconds"] == [9.0, 7.0] and times["train-seconds"] == [6.0]
+    assert times["setup-seconds"] == 3.5 and times["server-app-seconds"] == 30.0
+    assert math.isnan(times["test-seconds"])
+
+
+def test_each_configuration_runs_once():
+    plan = Plan(("wire", "memory", "scaling"), 2, 0.25, (2, 6, 12), (64, 128), {})
+
+    assert plan.configurations() == [(6, 64), (2, 64), (12, 64), (6, 128)]
+    assert plan.settings(6, 64)["dataset"] == "synthetic-fundus"
+    assert plan.settings(12, 128)["dataset"] == "synthetic-fundus-12"
