@@ -58,13 +58,7 @@ class FedBNStrategy(FedAvgStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Each site gets its own model."""
-        settings = records.to_config({"server-round": server_round})
-        contents = {
-            node.node_id: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
-                                      records.CONFIG: settings})
-            for node in self.nodes
-        }
-        return self.messages(contents, MessageType.TRAIN)
+        return self.messages(self._own_models({"server-round": server_round}), MessageType.TRAIN)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -94,13 +88,14 @@ class FedBNStrategy(FedAvgStrategy):
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """Each site evaluates its own model."""
-        settings = records.to_config({"split": split})
-        contents = {
-            node.node_id: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
-                                      records.CONFIG: settings})
-            for node in self.nodes
-        }
-        return self.messages(contents, MessageType.EVALUATE)
+        return self.messages(self._own_models({"split": split}), MessageType.EVALUATE)
+
+    def _own_models(self, settings: dict[str, object]) -> dict[int, RecordDict]:
+        """Node id -> a message content with that site's model and ``settings``."""
+        config = records.to_config(settings)
+        return {node.node_id: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
+                                          records.CONFIG: config})
+                for node in self.nodes}
 
     def state_dict(self) -> dict[str, object]:
         """FedAvg's state plus every site's model."""

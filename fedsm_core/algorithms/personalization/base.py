@@ -47,15 +47,16 @@ class PersonalizationSettings:
         pFedMe's ``lambda``, inner steps ``K`` per minibatch and local step size ``eta``.
     """
 
-    method: str = "softpull"
-    apfl_alpha: float = 0.5
-    apfl_alpha_lr: float = 0.01
-    ditto_lambda: float = 0.1
-    perfedavg_alpha: float = 0.01
-    perfedavg_steps: int = 1
-    pfedme_lambda: float = 15.0
-    pfedme_k: int = 5
-    pfedme_eta: float = 0.005
+    # The run config's defaults, so the two never disagree
+    method: str = RunConfig.personalization
+    apfl_alpha: float = RunConfig.apfl_alpha
+    apfl_alpha_lr: float = RunConfig.apfl_alpha_lr
+    ditto_lambda: float = RunConfig.ditto_lambda
+    perfedavg_alpha: float = RunConfig.perfedavg_alpha
+    perfedavg_steps: int = RunConfig.perfedavg_steps
+    pfedme_lambda: float = RunConfig.pfedme_lambda
+    pfedme_k: int = RunConfig.pfedme_k
+    pfedme_eta: float = RunConfig.pfedme_eta
 
     @classmethod
     def from_run_config(cls, config: RunConfig) -> PersonalizationSettings:
