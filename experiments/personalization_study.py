@@ -41,10 +41,11 @@ LABELS = {"softpull": "SoftPull", "ft": "FT", "apfl": "APFL", "ditto": "Ditto", 
 SCORES = {"dice-super": "super model", "dice-personal": "own personalized model"}
 
 
-def variants(table: int, lambdas: tuple[float, ...] = LAMBDAS) -> dict[str, dict[str, object]]:
-    """Label -> run-config overrides of each variant of ``table`` (6 or 7)."""
+def variants(table: int, lambdas: tuple[float, ...] = LAMBDAS,
+             methods: tuple[str, ...] = PERSONALIZATIONS) -> dict[str, dict[str, object]]:
+    """Label -> run-config overrides of each variant of ``table`` (6: ``methods``, 7: ``lambdas``)."""
     if table == 6:
-        return {LABELS[name]: {"strategy": "fedsm", "personalization": name} for name in PERSONALIZATIONS}
+        return {LABELS[name]: {"strategy": "fedsm", "personalization": name} for name in methods}
     if table == 7:
         return {f"lambda = {lam:g}": {"strategy": "fedsm", "personalization": "softpull", "softpull-lambda": lam}
                 for lam in lambdas}
@@ -61,9 +62,10 @@ def read_test_scores(folder: Path, label: str, seed: int, settings: dict[str, ob
 
 
 def run_study(table: int, seeds: list[int], overrides: dict[str, object], out: Path,
-              lambdas: tuple[float, ...] = LAMBDAS) -> tuple[list[dict[str, object]], dict[str, float]]:
+              lambdas: tuple[float, ...] = LAMBDAS,
+              methods: tuple[str, ...] = PERSONALIZATIONS) -> tuple[list[dict[str, object]], dict[str, float]]:
     """Every variant for every seed; returns the rows and the mean wall time per variant."""
-    chosen = variants(table, lambdas)
+    chosen = variants(table, lambdas, methods)
     for label, extra in chosen.items():
         try:
             RunConfig.from_mapping({**overrides, **extra})  # fail before any training
@@ -103,13 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=int, choices=(6, 7), required=True)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS), help="Table 7's SoftPull grid")
+    parser.add_argument("--methods", nargs="+", default=list(PERSONALIZATIONS), choices=PERSONALIZATIONS,
+                        help="Table 6's personalization methods")
     parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=10"')
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    rows, walls = run_study(args.table, args.seeds, overrides, args.out, tuple(args.lambdas))
+    rows, walls = run_study(args.table, args.seeds, overrides, args.out, tuple(args.lambdas), tuple(args.methods))
     config = RunConfig.from_mapping(overrides)
     sites = list(training_dataset(config.dataset, config.held_out_site).site_names)
     header = (f"Table {args.table}, seeds {args.seeds}, settings `{args.run_config}`, "
