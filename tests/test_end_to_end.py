@@ -135,3 +135,22 @@ def test_a_federation_spec_of_png_sites_runs_through_flwr(tmp_path):
     assert {r["site"] for r in rows if r["split"] == "test"} == {"north", "south", "pooled"}
     _, info = load_bundle(folder / "super_model.pt")
     assert info.site_names == ("north", "south")
+
+
+def test_fedbn_with_harmofl_components_and_knn_per_runs_through_flwr(tmp_path):
+    # Execute: round 1 fixes the global amplitude, round 2 trains with it; kNN-Per at the test evaluation
+    result = _run(tmp_path, TINY + ' strategy="fedbn" amplitude-normalization=true weight-perturbation=true'
+                  ' knn-per=true knn-pixels-per-image=16')
+
+    # Assert
+    folder, rows = _finished_run(tmp_path, result)
+    assert "FedBN" in result.stdout and "merged into the global amplitude" in result.stdout
+    knn = [r for r in rows if r["split"] == "test" and r["metric"] == "dice-knn-per"]
+    assert {r["site"] for r in knn} >= {f"site-{i}" for i in range(1, 7)}
+    assert all(0.0 <= float(r["value"]) <= 1.0 for r in knn)
+    assert not any(r["metric"] == "dice-knn-per" for r in rows if r["split"] == "val")
+    saved = sorted(p.name for p in (folder / "site_models").iterdir())
+    assert saved == [f"site-{i}.pt" for i in range(1, 7)]
+    weights = [torch.load(folder / "site_models" / name, weights_only=True)["weights"] for name in saved]
+    assert all(int(w["amplitude_norm.frozen"]) == 1 for w in weights)
+    torch.testing.assert_close(weights[0]["amplitude_norm.amplitude"], weights[5]["amplitude_norm.amplitude"])
