@@ -78,7 +78,7 @@ class RunConfig:
     knn_pixels_per_image: int = 256
     gamma: float = 0.5
     gamma_selection: str = "validation"
-    eval_every: int = 1
+    eval_every: int = 5
     output_dir: str = "runs"
     device: str = "auto"
     torch_threads: int = 1

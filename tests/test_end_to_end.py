@@ -15,7 +15,7 @@ from PIL import Image
 from fedsm_core.bundle import load_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8"
+TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1"
 
 
 def _run(tmp_path: Path, overrides: str, **extra_env: str) -> subprocess.CompletedProcess:
