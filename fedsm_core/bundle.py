@@ -20,10 +20,10 @@ import torch
 
 from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.model_files import BUNDLE_FORMAT, GLOBAL_MODEL_FORMAT, read_model_file
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 
-BUNDLE_FORMAT = "fedsm-super-model/1"
 SELECTOR_INCLUDES_GLOBAL = "selector-includes-global"  # key in BundleInfo.extra (FedSM-extra)
 
 
@@ -97,18 +97,13 @@ def load_bundle(path: str | Path, device: torch.device | str = "cpu") -> tuple[S
         When the file is not a readable FedSM bundle (corrupt, truncated, or
         another kind of file).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"super-model bundle '{path}' does not exist; a finished run writes super_model.pt")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises several types for damaged files
-        # torch's own advice (weights_only=False) would run untrusted pickles: name the problem only.
-        raise ValueError(f"'{path}' is not a readable FedSM bundle ({type(error).__name__}); "
-                         "pass the super_model.pt written by a finished FedSM run") from None
-    if not isinstance(payload, dict) or payload.get("format") != BUNDLE_FORMAT:
-        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"'{path}' is not a FedSM bundle: format {found!r}, expected {BUNDLE_FORMAT!r}")
+    payload = read_model_file(path, (BUNDLE_FORMAT,), "FedSM bundle")
+    return bundle_from_payload(payload, Path(path), device)
+
+
+def bundle_from_payload(payload: dict[str, Any], path: Path,
+                        device: torch.device | str = "cpu") -> tuple[SuperModel, BundleInfo]:
+    """The super model and info of a payload :func:`read_model_file` accepted as a bundle."""
     info = BundleInfo(
         spec=ModelSpec(**payload["spec"]),
         site_names=tuple(payload["site_names"]),
@@ -138,12 +133,12 @@ def _assemble(info: BundleInfo, payload: dict[str, Any], path: Path) -> SuperMod
     return SuperModel(global_model, personalized, selector, info.gamma, includes_global).eval()
 
 
-GLOBAL_MODEL_FORMAT = "fedsm-global-model/1"
-
-
 def save_global_model(path: str | Path, spec: ModelSpec, structures: Sequence[str], image_size: int,
                       weights: Weights, extra: Mapping[str, Any] | None = None) -> Path:
-    """Write a single model (FedAvg, FedProx, SCAFFOLD, centralized) atomically."""
+    """Write a single model (FedAvg, FedProx, SCAFFOLD, HarmoFL, a FedBN site, centralized) atomically.
+
+    :func:`fedsm_core.model_files.load_global_model` reads it back.
+    """
     payload = {
         "format": GLOBAL_MODEL_FORMAT,
         "spec": spec.to_dict(),

@@ -5,9 +5,10 @@
     it is one site), e.g. ``fedsm check-data prostate-slices data/ProstateSlice``.
 ``fedsm check-data --federation SPEC.toml``
     The data doctor on every site of a federation spec.
-``fedsm predict --model BUNDLE --images DIR --out DIR``
-    Segment every image of DIR with a super-model bundle (one mask PNG per
-    image, same size, and ``predictions.csv`` with the routed model).
+``fedsm predict --model FILE --images DIR --out DIR``
+    Segment every image of DIR with a super-model bundle or a single model
+    (``global_model.pt``, FedBN's ``site_models/<site>.pt``): one mask PNG per
+    image, same size, and ``predictions.csv`` with the model that ran.
 
 Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
 bad arguments.
@@ -76,18 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--mask-encoding", help="mask encoding, if not the layout's default")
     check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
                        help="'skip': report orphans without counting them as errors (as training with it would)")
-    predict = commands.add_parser("predict", help="segment a folder of images with a super-model bundle")
-    predict.add_argument("--model", type=Path, required=True, help="super_model.pt written by a FedSM run")
+    predict = commands.add_parser("predict", help="segment a folder of images with a run's model file")
+    predict.add_argument("--model", type=Path, required=True,
+                         help="super_model.pt of a FedSM run, global_model.pt of a FedAvg, FedProx, SCAFFOLD or "
+                              "HarmoFL run, or site_models/<site>.pt of a FedBN run")
     predict.add_argument("--images", type=Path, required=True, help="folder of images (any size)")
     predict.add_argument("--out", type=Path, required=True, help="folder for the masks and predictions.csv")
-    predict.add_argument("--gamma", type=float, default=None, help="selector threshold (default: the bundle's)")
+    predict.add_argument("--gamma", type=float, default=None, help="selector threshold (default: the bundle's); super models only")
     predict.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     predict.add_argument("--batch-size", type=int, default=8)
     return parser
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``fedsm predict``: masks and a CSV; 1 if the bundle or any image could not be used."""
+    """``fedsm predict``: masks and a CSV; 1 if the model file or any image could not be used."""
     from fedsm_core.device import select_device
     from fedsm_core.predict import predict_folder
 

@@ -108,7 +108,8 @@ def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
         strategy = FedAvgStrategy(*common, name=SINGLE_MODEL_NAMES[config.strategy])
 
     def save(folder: Path) -> Path:
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy}
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy,
+                 "preprocessing": setup.info.preprocessing}
         return save_global_model(folder / GLOBAL_MODEL_FILE, setup.spec, setup.info.structures, config.image_size,
                                  strategy.global_weights, extra)
 
@@ -123,7 +124,8 @@ def _build_fedbn(setup: Setup) -> tuple[SiteStrategy, Saver]:
 
     def save(folder: Path) -> Path:
         # No single model serves every site: each site's file holds its own normalization layers.
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy}
+        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy,
+                 "preprocessing": setup.info.preprocessing}
         for site in setup.info.site_names:
             save_global_model(folder / SITE_MODELS_FOLDER / f"{site}.pt", setup.spec, setup.info.structures,
                               config.image_size, strategy.model_of(site), {**extra, "site": site})

@@ -1,4 +1,4 @@
-"""Tests of the super-model bundle (save_bundle / load_bundle)."""
+"""Tests of the model files: the super-model bundle and single (global) models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from fedsm_core.algorithms.super_model import SuperModel
-from fedsm_core.bundle import BUNDLE_FORMAT, BundleInfo, load_bundle, save_bundle
+from fedsm_core.bundle import BUNDLE_FORMAT, BundleInfo, load_bundle, save_bundle, save_global_model
+from fedsm_core.model_files import GLOBAL_MODEL_FORMAT, GlobalModelInfo, load_global_model
+from fedsm_core.models.amplitude import AmplitudeNormalized
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 
@@ -144,3 +146,68 @@ def test_other_torch_file_raises_value_error_mentioning_format(tmp_path, payload
     # Execute / Assert
     with pytest.raises(ValueError, match=re.escape(str(other)) + ".*format"):
         load_bundle(other)
+
+
+# ---------------------------------------------------------------- single (global) models
+
+AMPLITUDE_SPEC = ModelSpec("mobilenet_v2", 2, 2, 4, amplitude_size=32)
+
+
+@pytest.fixture(scope="module")
+def harmofl_model(tmp_path_factory):
+    """A HarmoFL-style model: amplitude normalization in front, its global amplitude frozen."""
+    torch.manual_seed(0)
+    model = AMPLITUDE_SPEC.build_segmentation().eval()
+    model.amplitude_norm.freeze(torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(2)) * 50)
+    path = save_global_model(tmp_path_factory.mktemp("harmofl") / "global_model.pt", AMPLITUDE_SPEC,
+                             ("disc", "cup"), 32, get_weights(model), {"strategy": "harmofl"})
+    return path, model
+
+
+def test_amplitude_normalized_global_model_round_trips_and_predicts(harmofl_model):
+    # Prepare
+    path, reference = harmofl_model
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+    # Execute
+    loaded, info = load_global_model(path)
+
+    # Assert
+    assert info == GlobalModelInfo(AMPLITUDE_SPEC, ("disc", "cup"), 32, {"strategy": "harmofl"})
+    assert isinstance(loaded, AmplitudeNormalized) and not loaded.training
+    assert int(loaded.amplitude_norm.frozen) == 1
+    assert torch.equal(loaded.amplitude_norm.amplitude, reference.amplitude_norm.amplitude)
+    with torch.no_grad():
+        logits = loaded(images)
+        assert logits.shape == (2, 2, 32, 32)
+        assert torch.equal(logits, reference(images))
+        # the frozen amplitude is used: a plain U-Net with the same weights answers differently
+        assert not torch.equal(logits, loaded.net(images))
+
+
+def test_a_bundle_is_not_a_global_model_and_the_other_way_round(trained, harmofl_model):
+    # Prepare
+    bundle_path, _, _ = trained
+    global_path, _ = harmofl_model
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(f"'{bundle_path}' is not a FedSM global model: format "
+                                                   f"'{BUNDLE_FORMAT}', expected '{GLOBAL_MODEL_FORMAT}'")
+                       + ".*global_model.pt"):
+        load_global_model(bundle_path)
+    with pytest.raises(ValueError, match=re.escape(f"format '{GLOBAL_MODEL_FORMAT}', expected '{BUNDLE_FORMAT}'")
+                       + ".*pass the super_model.pt"):
+        load_bundle(global_path)
+
+
+def test_a_missing_or_unreadable_global_model_names_the_file(tmp_path):
+    # Prepare
+    missing = tmp_path / "nowhere" / "global_model.pt"
+    garbage = tmp_path / "global_model.pt"
+    garbage.write_bytes(b"this is not a torch file at all\x00\x01\x02")
+
+    # Execute / Assert
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing)) + ".*site_models/<site>.pt"):
+        load_global_model(missing)
+    with pytest.raises(ValueError, match=re.escape(str(garbage)) + ".*not a readable FedSM global model"):
+        load_global_model(garbage)

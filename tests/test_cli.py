@@ -71,3 +71,15 @@ def test_source_and_root_are_required_without_a_spec():
     with pytest.raises(SystemExit) as stop:
         main(["check-data", "prostate-slices"])
     assert stop.value.code == 2
+
+
+def test_predict_help_names_every_model_file_it_takes(capsys):
+    # Execute
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--help"])
+
+    # Assert
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
+    assert stop.value.code == 0
+    assert "super_model.pt" in out and "global_model.pt" in out and "site_models/<site>.pt" in out
+    assert "super models only" in out

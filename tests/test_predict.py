@@ -1,4 +1,7 @@
-"""``fedsm predict``: masks of the input's size, the predictions table, and its errors."""
+"""``fedsm predict``: masks of the input's size, the predictions table, and its errors.
+
+Both model files are covered: the super-model bundle and a single (global) model.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +13,19 @@ import pytest
 import torch
 from PIL import Image
 
-from fedsm_core.bundle import BundleInfo, save_bundle
+from fedsm_core.bundle import BundleInfo, save_bundle, save_global_model
 from fedsm_core.cli import main
-from fedsm_core.data.files import DataError
+from fedsm_core.data.files import DataError, read_image
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
-from fedsm_core.predict import CSV_COLUMNS, encode_mask, list_input_images, predict_folder, prepare_input
+from fedsm_core.predict import (
+    CSV_COLUMNS,
+    encode_mask,
+    list_input_images,
+    predict_folder,
+    prepare_input,
+    restore_size,
+)
 
 SPEC = ModelSpec("mobilenet_v2", 2, 2, 8)
 SITES = ("site-a", "site-b")
@@ -171,6 +181,87 @@ def test_a_folder_without_images_is_an_error(tmp_path):
         list_input_images(tmp_path)
     with pytest.raises(DataError, match="is not a folder"):
         list_input_images(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------- single (global) models
+
+@pytest.fixture(scope="module")
+def global_model(tmp_path_factory) -> Path:
+    """A global_model.pt that draws the disc everywhere (mask 128), whatever the image."""
+    return save_global_model(tmp_path_factory.mktemp("single") / "global_model.pt", SPEC, ("disc", "cup"), 32,
+                             get_weights(constant_unet(True, False)), {"preprocessing": "percentile"})
+
+
+def test_a_global_model_segments_every_image_and_the_table_says_global(global_model, images, tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "out"
+
+    # Execute
+    status = main(["predict", "--model", str(global_model), "--images", str(images), "--out", str(out),
+                   "--device", "cpu"])
+
+    # Assert
+    assert status == 0
+    assert "predictions.csv" in capsys.readouterr().out
+    rows = read_table(out / "predictions.csv")
+    assert [row["image"] for row in rows] == ["colour.png", "grey.jpg"]
+    assert [(row["width"], row["height"]) for row in rows] == [("50", "70"), ("100", "40")]
+    assert [row["model"] for row in rows] == ["global", "global"]
+    assert [(row["selector-confidence"], row["most-likely-site"]) for row in rows] == [("", ""), ("", "")]
+    for row in rows:
+        mask = Image.open(out / row["mask"])
+        assert mask.size == (int(row["width"]), int(row["height"]))
+        assert np.all(np.asarray(mask) == 128)  # disc only
+    assert sorted(p.name for p in out.iterdir()) == ["colour.png", "grey.png", "predictions.csv"]
+
+
+def test_a_global_model_gives_the_masks_of_running_it_on_the_prepared_input(images, tmp_path):
+    # Prepare: random HarmoFL-style weights; no "preprocessing" in extra, so the default "unit" applies
+    torch.manual_seed(3)
+    spec = ModelSpec("mobilenet_v2", 2, 2, 8, amplitude_size=32)
+    model = spec.build_segmentation().eval()
+    model.amplitude_norm.freeze(torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(4)) * 40)
+    path = save_global_model(tmp_path / "global_model.pt", spec, ("disc", "cup"), 32, get_weights(model))
+
+    # Execute
+    table, failures = predict_folder(path, images, tmp_path / "out", batch_size=1)
+
+    # Assert
+    assert failures == []
+    for row in read_table(table):
+        image = read_image(images / row["image"], "RGB")
+        with torch.no_grad():
+            logits = model(torch.from_numpy(prepare_input(image, 32, "unit"))[None])
+        binary = restore_size((torch.sigmoid(logits) > 0.5)[0].numpy(), image.shape[1], image.shape[0])
+        np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "out" / row["mask"])), encode_mask(binary))
+
+
+def test_gamma_with_a_global_model_is_refused(global_model, images, tmp_path, capsys):
+    # Execute
+    status = main(["predict", "--model", str(global_model), "--images", str(images), "--out", str(tmp_path / "o"),
+                   "--gamma", "0.5", "--device", "cpu"])
+
+    # Assert
+    err = capsys.readouterr().err
+    assert status == 1
+    assert str(global_model) in err and "gamma applies to super models only" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_another_torch_file_is_refused_naming_both_accepted_formats(images, tmp_path, capsys):
+    # Prepare
+    other = tmp_path / "model.pt"
+    torch.save({"format": "something-else/1"}, other)
+
+    # Execute
+    status = main(["predict", "--model", str(other), "--images", str(images), "--out", str(tmp_path / "out")])
+
+    # Assert
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"'{other}'" in err and "format 'something-else/1'" in err
+    assert "'fedsm-super-model/1' or 'fedsm-global-model/1'" in err
+    assert "super_model.pt" in err and "global_model.pt" in err and "site_models/<site>.pt" in err
 
 
 # ---------------------------------------------------------------- helpers

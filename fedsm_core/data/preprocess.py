@@ -20,6 +20,9 @@ from fedsm_core.data.arrays import SegArrays
 # black border of fundus photographs.
 LOW_PERCENTILE = 0.5
 HIGH_PERCENTILE = 99.5
+# Model input of the generated datasets (8-bit values / 255): what a dataset, a bundle
+# or a model file that names no preprocessing assumes.
+DEFAULT_PREPROCESSING = "unit"
 
 
 def resize_image(image: np.ndarray, size: int) -> np.ndarray:

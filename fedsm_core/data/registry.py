@@ -9,6 +9,7 @@ from pathlib import Path
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.files import DataError
 from fedsm_core.data.federation import FederationSpec, load_federation, locate_spec
+from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING
 from fedsm_core.data.sources import data_source
 from fedsm_core.data.synthetic_copies import MAX_SITES, PREFIX, copy_site_name, fundus_site_count, generate_copy_site
 from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
@@ -37,7 +38,7 @@ class DatasetInfo:
     site_names: tuple[str, ...]
     structures: tuple[str, ...]
     load_site: Callable[[int, int, float, int], SiteSplits]
-    preprocessing: str = "unit"
+    preprocessing: str = DEFAULT_PREPROCESSING
 
     @property
     def num_sites(self) -> int:
