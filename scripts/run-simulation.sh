@@ -8,6 +8,9 @@
 #   FLWR_HOME        Flower's state folder (default: .flwr-home in the project)
 #   FEDSM_RUNS       where run folders go (default: runs/ in the project)
 #   NUM_SUPERNODES   simulated sites (default: 6, the sites of the default dataset)
+#   RAY_CPUS         CPUs Ray may use (default: 2)
+#   CLIENT_CPUS      CPUs per simulated client (default: 1); RAY_CPUS / CLIENT_CPUS clients
+#                    train at once, each a worker process of ~2 GB at 128 px
 #
 # Exits non-zero when the run fails (`flwr run --stream` itself exits 0 then), and
 # stops the local SuperLink it started, so no server outlives the run.
@@ -37,7 +40,7 @@ trap stop_superlink EXIT
 
 log="$(mktemp)"
 flwr run . --stream \
-  --federation-config "num-supernodes=${NUM_SUPERNODES:-6} client-resources-num-cpus=1 init-args-num-cpus=2" \
+  --federation-config "num-supernodes=${NUM_SUPERNODES:-6} client-resources-num-cpus=${CLIENT_CPUS:-1} init-args-num-cpus=${RAY_CPUS:-2}" \
   --run-config "output-dir='$runs' $overrides" 2>&1 | tee "$log"
 run_id="$(grep -oE 'Successfully started run [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -n 1 || true)"
 rm -f "$log"
