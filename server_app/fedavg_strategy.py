@@ -65,23 +65,32 @@ class FedAvgStrategy(SiteStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Weighted average of the valid replies."""
-        accepted: list[tuple[str, Message, Weights]] = []
-        sizes: list[int] = []
+        accepted = self.accept_replies(server_round, replies)
+        trained = [weights for _, _, weights, _ in accepted]
+        sizes = [size for _, _, _, size in accepted]
+        self.global_weights = weighted_average(trained, sizes)
+        self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
+        self.after_aggregation([reply for _, reply, _, _ in accepted])
+        log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
+        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _, _ in accepted])
+
+    def accept_replies(self, server_round: int,
+                       replies: Iterable[Message]) -> list[tuple[str, Message, Weights, int]]:
+        """``(site, reply, trained weights, num-examples)`` of each valid reply.
+
+        Invalid replies are rejected and logged, silent sites recorded, and the
+        run stops when fewer than ``min-replies`` remain.
+        """
+        accepted: list[tuple[str, Message, Weights, int]] = []
         for reply in replies:
             site = self.site_of(reply)
             decoded = self.decode_weights(server_round, site, reply, self.expected_records())
             size = self.num_examples(server_round, site, reply) if decoded is not None else None
             if decoded is not None and size is not None:
-                accepted.append((site, reply, decoded[records.GLOBAL]))
-                sizes.append(size)
-        self.note_absent(server_round, [site for site, _, _ in accepted])
+                accepted.append((site, reply, decoded[records.GLOBAL], size))
+        self.note_absent(server_round, [site for site, _, _, _ in accepted])
         self.require_replies(server_round, len(accepted))
-        trained = [weights for _, _, weights in accepted]
-        self.global_weights = weighted_average(trained, sizes)
-        self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
-        self.after_aggregation([reply for _, reply, _ in accepted])
-        log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
-        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _ in accepted])
+        return accepted
 
     def expected_records(self) -> dict[str, Weights]:
         """Array records a reply must hold, with the layout they must have."""

@@ -64,18 +64,9 @@ class FedBNStrategy(FedAvgStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the shared entries of the valid replies; keep each site's normalization entries."""
-        trained: dict[str, Weights] = {}
-        sizes: dict[str, int] = {}
-        accepted: list[Message] = []
-        for reply in replies:
-            site = self.site_of(reply)
-            decoded = self.decode_weights(server_round, site, reply, self.expected_records())
-            size = self.num_examples(server_round, site, reply) if decoded is not None else None
-            if decoded is not None and size is not None:
-                trained[site], sizes[site] = decoded[records.GLOBAL], size
-                accepted.append(reply)
-        self.note_absent(server_round, trained)
-        self.require_replies(server_round, len(trained))
+        accepted = self.accept_replies(server_round, replies)
+        trained = {site: weights for site, _, weights, _ in accepted}
+        sizes = {site: size for site, _, _, size in accepted}
         self.site_models.update(fedbn_aggregate(trained, sizes, self.local))
         # The averaged normalization entries are kept only as a neutral start for sites without their own.
         self.global_weights = weighted_average(list(trained.values()), list(sizes.values()))
@@ -84,7 +75,7 @@ class FedBNStrategy(FedAvgStrategy):
         self.global_weights = fixed.pop("")
         self.site_models = fixed
         log(INFO, "round %d: %d/%d sites trained", server_round, len(trained), len(self.nodes))
-        return records.to_record(self.global_weights), self.mean_metrics(accepted)
+        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _, _ in accepted])
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """Each site evaluates its own model."""

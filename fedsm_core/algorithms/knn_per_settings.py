@@ -9,6 +9,7 @@ from typing import Any
 
 from fedsm_core.algorithms.knn_datastore import REPLACEMENTS
 from fedsm_core.algorithms.knn_search import BACKENDS
+from fedsm_core.config import RunConfig
 
 # 0.0, 0.1, ..., 1.0: lam = 0 is the global model alone, lam = 1 the kNN estimate alone.
 LAMBDA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
@@ -56,10 +57,11 @@ class KNNPerSettings:
         Seeds pixel sampling and random replacement (``knn-seed``).
     """
 
-    k: int = 10
-    kernel_scale: float = 1.0
-    capacity: int = 50_000
-    pixels_per_image: int = 256
+    # The run config's defaults, so the two never disagree
+    k: int = RunConfig.knn_k
+    kernel_scale: float = RunConfig.knn_kernel_scale
+    capacity: int = RunConfig.knn_capacity
+    pixels_per_image: int = RunConfig.knn_pixels_per_image
     replacement: str = "fifo"
     backend: str = "auto"
     lambda_grid: tuple[float, ...] = LAMBDA_GRID
