@@ -30,9 +30,4 @@ def set_cpu_threads(threads: int) -> None:
     """
     if threads > 0 and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    if threads > 0:
-        try:  # kNN-Per's search; its OpenMP pool would otherwise take every core
-            import faiss
-        except ImportError:
-            return
-        faiss.omp_set_num_threads(threads)
+

@@ -98,6 +98,8 @@ class FaissIndex:
     def __init__(self, keys: np.ndarray) -> None:
         import faiss  # optional: imported only when this backend is chosen
 
+        # Its OpenMP pool would otherwise take every core; follow torch's thread setting (torch-threads).
+        faiss.omp_set_num_threads(torch.get_num_threads())
         self.index = faiss.IndexFlatL2(int(keys.shape[1]))
         self.index.add(np.ascontiguousarray(keys, dtype=np.float32))
 
