@@ -21,6 +21,7 @@ from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_c
 from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
+from fedsm_core.algorithms.selector_head import selector_statistics
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -61,7 +62,13 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Tell the server which site this node is, how much data it holds and its pixel statistics."""
+    """Which site this node is (no request), or the embedding statistics of a selector it is sent."""
+    asked = str(msg.content[records.CONFIG].get(records.ASK, records.ASK_SITE)) if records.CONFIG in msg.content \
+        else records.ASK_SITE
+    if asked == records.SELECTOR_STATISTICS:
+        return Message(selector_statistics_reply(msg.content, context), reply_to=msg)
+    if asked != records.ASK_SITE:
+        raise ValueError(f"query: unknown ask '{asked}'; expected '{records.ASK_SITE}' or '{records.SELECTOR_STATISTICS}'")
     config, info, site_index, _ = _setup(context)
     site = _load_site(config, context, site_index)
     pixels = channel_statistics(site.train.images)
@@ -78,6 +85,17 @@ def query(msg: Message, context: Context) -> Message:
         }
     )
     return Message(RecordDict({records.SITE: reply}), reply_to=msg)
+
+
+def selector_statistics_reply(content: RecordDict, context: Context) -> RecordDict:
+    """Sums of the received selector's embeddings of the training split, for fitting its head on the server."""
+    config, info, site_index, device = _setup(context)
+    site = _load_site(config, context, site_index)
+    selector = _spec(config, info).build_selector()
+    set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
+    statistics = selector_statistics(selector, site.train, config.augmentation != "none", config.batch_size * 2,
+                                     device)
+    return RecordDict({records.SELECTOR_STATISTICS: records.to_record(statistics.to_arrays())})
 
 
 @app.train()

@@ -22,6 +22,10 @@ SERVER_CONTROL = "server-control"
 CONTROL_DELTA = "control-delta"
 CLIENT_CONTROL_STATE = "scaffold-client-control"
 PERSONAL_STATE = "personalization-client-state"
+SELECTOR_STATISTICS = "selector-statistics"
+# What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
+ASK = "ask"
+ASK_SITE = "site"
 SEPARATOR = "|"
 
 

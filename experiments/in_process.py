@@ -22,6 +22,7 @@ import torch
 
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
+from fedsm_core.algorithms.selector_head import selector_statistics
 from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from fedsm_core.algorithms.super_model import SuperModel
 from fedsm_core.config import RunConfig
@@ -69,7 +70,7 @@ def prepare(config: RunConfig) -> Federation:
     pixels = pool_channel_statistics([channel_statistics(site.train.images) for site in sites])
     selector.set_input_statistics(pixels.mean, pixels.std)
     fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting)
+                  config.selector_weighting, config.personalization)
     return Federation(config, sites, spec, fedsm, select_device(config.device))
 
 
@@ -86,6 +87,19 @@ def train_round(federation: Federation, server_round: int) -> int:
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates)
     return images
+
+
+def fit_selector_head(federation: Federation) -> None:
+    """Before an evaluation, the selector head from every site's embedding statistics (``selector-head``)."""
+    config = federation.config
+    if config.selector_head != "fitted":
+        return
+    selector = federation.spec.build_selector()
+    set_weights(selector, federation.fedsm.selector_weights, "selector")
+    statistics = {site.name: selector_statistics(selector, site.train, config.augmentation != "none",
+                                                 config.batch_size * 2, federation.device)
+                  for site in federation.sites}
+    federation.fedsm.fit_selector_head(statistics, config.selector_shrinkage)
 
 
 def super_model(federation: Federation, gamma: float) -> SuperModel:
@@ -140,6 +154,7 @@ def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:
         result["train-images"].append(train_round(federation, server_round))
         result["train-seconds"].append(_clock(federation.device) - began)
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
+            fit_selector_head(federation)
             validation = evaluate(federation, "val", config.gamma)
         result["round-seconds"].append(_clock(federation.device) - began)
         progress(f"[in-process] round {server_round}/{config.num_server_rounds}: "

@@ -18,6 +18,7 @@ STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra", "harmofl"
 DATASETS = ("synthetic-fundus", "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
+SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.selector_head
 NORMS = ("group", "batch")
 GAMMA_SELECTIONS = ("validation", "fixed")
 PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
@@ -53,6 +54,8 @@ class RunConfig:
     selector_width: int = 32
     selector_negatives: bool = True
     selector_weighting: str = "equal"
+    selector_head: str = "fitted"
+    selector_shrinkage: float = 0.1
     personalization: str = "softpull"
     apfl_alpha: float = 0.5
     apfl_alpha_lr: float = 0.01
@@ -95,6 +98,7 @@ class RunConfig:
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
         _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
+        _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)
         if self.image_size % 32:
@@ -106,6 +110,7 @@ class RunConfig:
         _check_range("lr", self.lr, 1e-8, 10.0)
         _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
         _check_range("selector-width", self.selector_width, 1, 512)
+        _check_range("selector-shrinkage", self.selector_shrinkage, 0.0, 1.0)
         _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
         _check_personalization(self)
         _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)

@@ -52,7 +52,7 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
     node_ids = wait_for_nodes(grid, len(site_names), timeout)
     messages = [
         Message(
-            RecordDict({records.CONFIG: records.to_config({"ask": "site"})}),
+            RecordDict({records.CONFIG: records.to_config({records.ASK: records.ASK_SITE})}),
             message_type=MessageType.QUERY,
             dst_node_id=node,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from logging import INFO
+from logging import INFO, WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
@@ -11,6 +11,7 @@ from flwr.serverapp import Grid
 
 from client_app import records
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.selector_head import SelectorStatistics
 from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from server_app.discovery import SiteNode
 from server_app.site_strategy import EvaluationSink, SiteStrategy
@@ -35,6 +36,11 @@ class FedSMStrategy(SiteStrategy):
         After the last round, replace ``gamma`` by the value of
         :data:`~fedsm_core.algorithms.gamma.GAMMA_GRID` with the best pooled
         validation Dice of the super model.
+    selector_shrinkage : float or None
+        Before every evaluation, refit the selector's linear head from the
+        sites' embedding statistics with this covariance shrinkage
+        (:mod:`fedsm_core.algorithms.selector_head`); ``None`` keeps the
+        head as federated training left it (``selector-head = "trained"``).
     """
 
     name = "FedSM"
@@ -48,9 +54,11 @@ class FedSMStrategy(SiteStrategy):
         num_rounds: int,
         on_evaluate: EvaluationSink,
         choose_gamma_on_validation: bool = False,
+        selector_shrinkage: float | None = None,
     ) -> None:
         super().__init__(nodes, eval_every, num_rounds, on_evaluate)
         self.fedsm = fedsm
+        self.selector_shrinkage = selector_shrinkage
         self.gamma = gamma
         self.choose_gamma_on_validation = choose_gamma_on_validation
         self.last_counts: dict[str, float] = {}
@@ -123,6 +131,37 @@ class FedSMStrategy(SiteStrategy):
                                    [u.num_examples for u in updates], models)
         self.fedsm.global_weights = fixed.pop("")
         self.fedsm.personalized = fixed
+
+    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """Fit the selector's head from every site's embedding statistics (unless the head is kept as trained).
+
+        Each site answers a query carrying the selector with the sums of its
+        embeddings (:func:`~fedsm_core.algorithms.selector_head.selector_statistics`).
+        Without every site's answer the trained head is kept for this evaluation.
+        """
+        if self.selector_shrinkage is None:
+            return
+        content = RecordDict({
+            records.SELECTOR: records.to_record(self.fedsm.selector_weights),
+            records.CONFIG: records.to_config({records.ASK: records.SELECTOR_STATISTICS}),
+        })
+        messages = self.messages({node.node_id: content for node in self.nodes}, MessageType.QUERY)
+        statistics: dict[str, SelectorStatistics] = {}
+        for reply in self.exchange(grid, messages, timeout, server_round, stage="selector-head"):
+            site = self.site_of(reply)
+            try:
+                if reply.has_error():
+                    raise ValueError(f"client error: {reply.error.reason}")
+                statistics[site] = SelectorStatistics.from_arrays(
+                    records.from_record(reply.content[records.SELECTOR_STATISTICS]))
+            except (KeyError, ValueError) as error:
+                log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
+        try:
+            self.fedsm.fit_selector_head(statistics, self.selector_shrinkage)
+        except ValueError as error:
+            log(WARNING, "round %d: selector head kept as trained: %s", server_round, error)
+            return
+        log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
 
     def state_dict(self) -> dict[str, object]:
         """The base state plus the super model, the selector's moments and gamma."""

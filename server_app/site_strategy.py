@@ -71,6 +71,8 @@ class SiteStrategy(Strategy):
                 replies = self.exchange(grid, self.configure_train(server_round, arrays, config, grid), timeout,
                                         server_round)
                 self.aggregate_train(server_round, replies)
+                if self.evaluation_due(server_round):
+                    self.prepare_evaluation(grid, server_round, timeout)
                 messages = list(self.configure_evaluate(server_round, arrays, config, grid))
                 if messages:
                     self.aggregate_evaluate(server_round, self.exchange(grid, messages, timeout, server_round))
@@ -192,9 +194,20 @@ class SiteStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Validation-split evaluation every ``eval_every`` rounds and in the last round."""
-        if server_round % self.eval_every and server_round != self.num_rounds:
+        if not self.evaluation_due(server_round):
             return []
         return self.evaluation_messages("val")
+
+    def evaluation_due(self, server_round: int) -> bool:
+        """Whether round ``server_round`` ends with a validation evaluation (every ``eval_every`` and the last)."""
+        return server_round % self.eval_every == 0 or server_round == self.num_rounds
+
+    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """Work the models need before they are evaluated (FedSM fits its selector head); none by default.
+
+        The last round is always evaluated, so what this prepares also holds
+        for the test evaluation and the saved models.
+        """
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """Messages that evaluate the current models on ``split`` at every site."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from fedsm_core.algorithms.aggregation import Weights, check_same_layout, weighted_average
 from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
+from fedsm_core.algorithms.selector_head import SelectorStatistics, with_fitted_head
 from fedsm_core.algorithms.softpull import check_lam
 
 
@@ -140,6 +141,18 @@ class FedSM:
                              for site in self.site_names}
         self.global_weights, self.selector_weights = global_weights, selector_weights
         self.selector_optimizer = selector_optimizer
+
+    def fit_selector_head(self, statistics: Mapping[str, SelectorStatistics], shrinkage: float) -> None:
+        """Replace the selector's linear head by the one fitted from every site's embedding statistics.
+
+        See :mod:`fedsm_core.algorithms.selector_head`. The fit needs all K
+        sites (each is one class); the state is unchanged when one is missing.
+        """
+        missing = [site for site in self.site_names if site not in statistics]
+        if missing:
+            raise ValueError(f"selector head: no statistics from {missing}; every site is one class of the fit")
+        self.selector_weights = with_fitted_head(self.selector_weights, [statistics[s] for s in self.site_names],
+                                                 shrinkage)
 
     def _check_update(self, site: str, update: FedSMUpdate) -> None:
         """Raise ``ValueError`` when a reply does not match the server's models."""

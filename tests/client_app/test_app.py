@@ -47,6 +47,30 @@ def test_query_reports_the_site_of_the_partition():
     assert site["num-train"] > 0 and site["num-val"] > 0 and site["num-test"] > 0
 
 
+def test_query_for_selector_statistics_returns_the_sums_of_the_training_embeddings():
+    # Prepare
+    selector = _spec().build_selector()
+    msg = _message({records.SELECTOR: records.to_record(get_weights(selector)),
+                    records.CONFIG: records.to_config({records.ASK: records.SELECTOR_STATISTICS})}, MessageType.QUERY)
+
+    # Execute
+    reply = client.query(msg, _context())
+
+    # Assert: four flipped views of every training image (augmentation = flip), D = 8 * 4 + 6 + 2 * 4
+    sums = records.from_record(reply.content[records.SELECTOR_STATISTICS])
+    site = client.query(_message({}, MessageType.QUERY), _context()).content[records.SITE]
+    assert sums["count"][0] == 4 * site["num-train"]
+    assert sums["sum"].shape == (selector.feature_dim,) and selector.feature_dim == 46
+    assert sums["gram"].shape == (46, 46)
+    np.testing.assert_allclose(sums["gram"], sums["gram"].T)
+
+
+def test_query_with_an_unknown_ask_is_refused():
+    msg = _message({records.CONFIG: records.to_config({records.ASK: "weights"})}, MessageType.QUERY)
+    with pytest.raises(ValueError, match="unknown ask 'weights'"):
+        client.query(msg, _context())
+
+
 def test_train_returns_updated_models_and_the_site_size():
     # Prepare
     spec = _spec()

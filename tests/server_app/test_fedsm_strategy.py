@@ -311,3 +311,64 @@ def test_fedsm_extra_rejects_non_finite_selector_moments():
     np.testing.assert_array_equal(strategy.extra_optimizer["e/exp_avg"], [2.0])
     assert [(r, s) for r, s, _ in strategy.missed] == [(3, "site-c")]
     assert "non-finite" in strategy.missed[0][2]
+
+
+class _StatisticsGrid:
+    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs."""
+
+    def __init__(self, failing: str = "") -> None:
+        self.failing = failing
+        self.asked: list[str] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            assert message.metadata.message_type == MessageType.QUERY
+            assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
+            site = next(node.site_name for node in NODES if node.node_id == message.metadata.dst_node_id)
+            self.asked.append(site)
+            if site == self.failing:
+                replies.append(error_reply(message.metadata.dst_node_id, "disk full", MessageType.QUERY))
+                continue
+            # two embeddings per site: mean e_k, spread +-1 along the last axis
+            mean = np.eye(3)[SITES.index(site)]
+            points = np.stack([mean + [0, 0, 1], mean - [0, 0, 1]])
+            sums = {"count": np.array([2.0]), "sum": points.sum(axis=0), "gram": points.T @ points}
+            replies.append(reply(message.metadata.dst_node_id,
+                                 {records.SELECTOR_STATISTICS: records.to_record(sums)}, MessageType.QUERY))
+        return replies
+
+
+def _head_strategy(shrinkage: float | None) -> FedSMStrategy:
+    head = {"classifier.weight": np.zeros((3, 3), dtype=np.float32), "classifier.bias": np.zeros(3, np.float32)}
+    fedsm = FedSM(SITES, w(0.0, 0.0), head, LAM)
+    return FedSMStrategy(fedsm, NODES, 0.5, 1, 5, EvaluationLog(), selector_shrinkage=shrinkage)
+
+
+def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statistics():
+    # Prepare
+    strategy = _head_strategy(shrinkage=0.5)
+    grid = _StatisticsGrid()
+
+    # Execute
+    strategy.prepare_evaluation(grid, 3, timeout=1.0)
+
+    # Assert: a head that sends each site's mean embedding to its own site
+    assert sorted(grid.asked) == sorted(SITES)
+    weight = strategy.fedsm.selector_weights["classifier.weight"]
+    bias = strategy.fedsm.selector_weights["classifier.bias"]
+    logits = np.eye(3) @ weight.T + bias
+    assert list(logits.argmax(axis=1)) == [0, 1, 2]
+    assert {row["stage"] for row in strategy.traffic.rows} == {"selector-head"}
+
+
+def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_fitted():
+    # a site's error: the fit needs every site, so nothing changes
+    strategy = _head_strategy(shrinkage=0.5)
+    strategy.prepare_evaluation(_StatisticsGrid(failing="site-b"), 3, timeout=1.0)
+    np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
+    # selector-head = "trained": no query at all
+    strategy = _head_strategy(shrinkage=None)
+    grid = _StatisticsGrid()
+    strategy.prepare_evaluation(grid, 3, timeout=1.0)
+    assert grid.asked == []
