@@ -1,0 +1,140 @@
+"""Does the super model beat its parts? Per-site test tables of FedSM runs over seeds.
+
+Usage::
+
+    python -m experiments.super_model_study --out experiments/results/super-model/synthetic-fundus \\
+        --seeds 0 1 2 --methods fedsm fedsm-extra --run-config "num-server-rounds=30"
+
+Each (method, seed) is one ``flwr run`` through ``scripts/run-simulation.sh``
+(:func:`experiments.compare.launch_run`), with its run folder under ``--runs``
+(outside git). A run whose folder already holds test metrics is read, not run
+again, so an interrupted study continues where it stopped. After every run the
+study rewrites
+
+* ``results.csv``: long format ``dataset, method, seed, site, metric, value``
+  with the test Dice of the global model, each site's own personalized model
+  and the super model, the selector's site accuracy and the share of images
+  routed to the global model, per site and pooled, and the gamma each run chose;
+* ``table.md``: mean ± std over seeds of each of these per site.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from experiments.compare import FEDERATED, METHOD_SETTINGS, ROOT, launch_run, parse_overrides
+from fedsm_core.bundle import load_bundle
+from fedsm_core.config import RunConfig
+
+METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global")
+HEADERS = {"dice-global": "global", "dice-personal": "own personalized", "dice-super": "super",
+           "selector-accuracy": "selector accuracy", "share-global": "routed to global"}
+COLUMNS = ("dataset", "method", "seed", "site", "metric", "value")
+
+
+def finished_folder(runs: Path) -> Path | None:
+    """The newest run folder under ``runs`` whose metrics hold test rows, if any."""
+    if not runs.is_dir():
+        return None
+    for folder in sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
+        metrics = folder / "metrics.csv"
+        if metrics.is_file() and any(row["split"] == "test" for row in _read(metrics)):
+            return folder
+    return None
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_rows(folder: Path, dataset: str, method: str, seed: int) -> list[dict[str, object]]:
+    """The study's rows of one finished run: test metrics per site and pooled, and its gamma."""
+    rows = [{"dataset": dataset, "method": method, "seed": seed, "site": r["site"], "metric": r["metric"],
+             "value": float(r["value"])}
+            for r in _read(folder / "metrics.csv") if r["split"] == "test" and r["metric"] in METRICS]
+    bundle = folder / "super_model.pt"
+    if bundle.is_file():
+        _, info = load_bundle(bundle)
+        rows.append({"dataset": dataset, "method": method, "seed": seed, "site": "pooled", "metric": "gamma",
+                     "value": float(info.gamma)})
+    return rows
+
+
+def study_table(rows: list[dict[str, object]]) -> list[str]:
+    """Markdown: one block per method, a row per site, a column per metric, mean ± std over seeds."""
+    lines: list[str] = []
+    for method in dict.fromkeys(str(r["method"]) for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        seeds = sorted({int(r["seed"]) for r in mine})
+        sites = [s for s in dict.fromkeys(str(r["site"]) for r in mine if r["metric"] in METRICS) if s != "pooled"]
+        lines += [f"**{FEDERATED.get(method, method)}** (test, seeds {seeds})", "",
+                  "| site | " + " | ".join(HEADERS[m] for m in METRICS) + " |",
+                  "|---|" + "---|" * len(METRICS)]
+        for site in [*sites, "pooled"]:
+            cells = [_mean_std([float(r["value"]) for r in mine if r["site"] == site and r["metric"] == metric])
+                     for metric in METRICS]
+            lines.append(f"| {site} | " + " | ".join(cells) + " |")
+        gammas = [float(r["value"]) for r in mine if r["metric"] == "gamma"]
+        if gammas:
+            lines.append(f"\ngamma chosen on validation, per seed: {', '.join(f'{g:.2f}' for g in gammas)}")
+        lines.append("")
+    return lines
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
+
+
+def write_results(out: Path, rows: list[dict[str, object]], header: str) -> None:
+    """``results.csv`` and ``table.md`` of the rows so far."""
+    with (out / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "table.md").write_text(header + "\n\n" + "\n".join(study_table(rows)) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=["fedsm", "fedsm-extra"],
+                        choices=[m for m in FEDERATED if m.startswith("fedsm")])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=30 dataset=..."')
+    parser.add_argument("--out", type=Path, required=True, help="where results.csv and table.md go")
+    parser.add_argument("--runs", type=Path, default=None, help="run folders (default: runs/<name of --out>)")
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(args.run_config)
+    dataset = RunConfig.from_mapping(overrides).dataset  # fails here, before any run, on a bad setting
+    runs = args.runs or ROOT / "runs" / f"study-{args.out.name}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = [(method, seed) for seed in args.seeds for method in args.methods]
+    rows: list[dict[str, object]] = []
+    started = time.monotonic()
+    for done, (method, seed) in enumerate(jobs):
+        folder_runs = runs / f"{method}-seed{seed}"
+        folder = finished_folder(folder_runs)
+        if folder is None:
+            settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
+            folder = launch_run(settings, folder_runs, f"study {method} seed {seed}")
+        rows += test_rows(folder, Path(dataset).stem, method, seed)
+        write_results(args.out, rows, f"Command: `python -m experiments.super_model_study {' '.join(argv or sys.argv[1:])}`")
+        elapsed = time.monotonic() - started
+        print(f"[study] {done + 1}/{len(jobs)} runs done ({elapsed:.0f} s); {folder}", flush=True)
+    print("\n".join(study_table(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
