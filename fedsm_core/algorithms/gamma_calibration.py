@@ -11,9 +11,15 @@ with site ``j``'s output removed (probabilities renormalised over the other
 sites), so they must go to another site's model or to the global model, as
 a new hospital's images would. The Dice-versus-gamma curves of all ``j`` are
 pooled (weighted by image count) and the best gamma is chosen (ties go to the
-smallest). Optionally the selector is first temperature-scaled: one
-temperature ``T`` minimising the negative log-likelihood of the site labels
-on validation (Guo et al. 2017), so that its confidence is calibrated.
+smallest). Optionally the selector is first temperature-scaled (Guo et al.
+2017), where that confidence is used: on the same left-out probabilities, one
+temperature ``T`` minimising the negative log-likelihood of each image's best
+remaining model (the other site whose personalized model segments it best).
+The calibrated confidence is then the probability that the chosen model is
+the best one a new hospital's image can get, which is what gamma thresholds.
+Fitting on the sites' own labels instead measures how sure the selector is of
+an image's *own* site, a question no unseen image asks: there it drove ``T``
+to the grid's floor.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import numpy as np
 from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from fedsm_core.algorithms.model_scores import ModelScores, route_images, routed_dice, softmax
 
-TEMPERATURE_GRID: tuple[float, ...] = tuple(float(t) for t in np.round(np.logspace(-1, 1, 41), 4))
+# 10^-3 .. 10^3 in 121 steps of 10^0.05: a fitted head can be far more or far less sure than it should be,
+# and the fit must not stop at an end of the grid.
+TEMPERATURE_GRID: tuple[float, ...] = tuple(float(t) for t in np.round(np.logspace(-3, 3, 121), 6))
 
 
 def drop_site(probs: np.ndarray, site: int) -> np.ndarray:
@@ -79,16 +87,41 @@ def negative_log_likelihood(logits: np.ndarray, labels: np.ndarray, temperature:
 
 
 def fit_temperature(logits: np.ndarray, labels: np.ndarray, grid: Sequence[float] = TEMPERATURE_GRID) -> float:
-    """Temperature scaling: the ``T`` of ``grid`` with the lowest validation NLL."""
+    """Temperature scaling: the ``T`` of ``grid`` with the lowest validation NLL.
+
+    ``logits`` may hold ``-inf`` for outputs that are excluded (a left-out site).
+    """
     if len(labels) == 0:
         raise ValueError("fit_temperature needs at least one labelled image")
     losses = [negative_log_likelihood(logits, labels, t) for t in grid]
     return float(grid[int(np.argmin(losses))])
 
 
-def site_labelled_logits(val_scores: Mapping[str, ModelScores],
-                         site_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """All validation logits stacked, with each image's own site index as label."""
-    logits = np.concatenate([s.logits for s in val_scores.values()])
-    labels = np.concatenate([np.full(len(s), list(site_names).index(n)) for n, s in val_scores.items()])
-    return logits, labels
+def unseen_site_labelled_logits(val_scores: Mapping[str, ModelScores],
+                                site_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Leave-own-site-out logits and each image's best remaining model, for fitting the temperature.
+
+    For an image of site ``j``, output ``j`` is set to ``-inf`` (its softmax is
+    :func:`drop_site`'s renormalisation) and the label is the site ``k != j``
+    whose personalized model has the highest Dice on it (ties: the lowest ``k``).
+    """
+    logits, labels = [], []
+    names = list(site_names)
+    for name, scores in val_scores.items():
+        if name not in names:
+            raise ValueError(f"validation scores of '{name}', which is not a selector site {names}")
+        own = names.index(name)
+        masked = np.array(scores.logits, dtype=np.float64, copy=True)
+        masked[:, own] = -np.inf
+        personal = np.array(scores.dice[:, 1:], dtype=np.float64, copy=True)
+        personal[:, own] = -np.inf
+        logits.append(masked)
+        labels.append(personal.argmax(axis=1))
+    return np.concatenate(logits), np.concatenate(labels)
+
+
+def fit_unseen_temperature(val_scores: Mapping[str, ModelScores], site_names: Sequence[str],
+                           grid: Sequence[float] = TEMPERATURE_GRID) -> float:
+    """The selector temperature for unseen sites: :func:`fit_temperature` on :func:`unseen_site_labelled_logits`."""
+    return fit_temperature(*unseen_site_labelled_logits(val_scores, site_names), grid=grid)
+

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma
-from fedsm_core.algorithms.gamma_calibration import calibrate_gamma, fit_temperature, site_labelled_logits
+from fedsm_core.algorithms.gamma_calibration import calibrate_gamma, fit_unseen_temperature
 from fedsm_core.algorithms.model_scores import (
     ModelScores, dice_by_gamma, route_images, routed_dice, selection_frequencies, softmax,
 )
@@ -73,12 +73,13 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
     site_names : sequence of str
         The selector's sites (training sites) in output order.
     temperature_scaling : bool
-        Fit the selector's temperature on ``val`` before calibrating gamma;
-        the same temperature is then applied to ``test``.
+        Fit the selector's temperature on ``val`` with each site left out
+        (:func:`~fedsm_core.algorithms.gamma_calibration.fit_unseen_temperature`)
+        before calibrating gamma; the same temperature is then applied to ``test``.
     """
     result = HeldOutResult(site, len(test), tuple(gamma_grid))
     if temperature_scaling:
-        result.temperature = fit_temperature(*site_labelled_logits(val, site_names))
+        result.temperature = fit_unseen_temperature(val, site_names)
     calibrated, result.calibration_curve = calibrate_gamma(val, site_names, gamma_grid, result.temperature)
     probs = softmax(test.logits)
     scaled = softmax(test.logits, result.temperature)

@@ -9,8 +9,8 @@ import pytest
 
 from fedsm_core.algorithms.gamma import GAMMA_GRID
 from fedsm_core.algorithms.gamma_calibration import (
-    TEMPERATURE_GRID, calibrate_gamma, drop_site, fit_temperature, negative_log_likelihood, site_labelled_logits,
-    unseen_site_curves,
+    TEMPERATURE_GRID, calibrate_gamma, drop_site, fit_temperature, fit_unseen_temperature, negative_log_likelihood,
+    unseen_site_curves, unseen_site_labelled_logits,
 )
 from fedsm_core.algorithms.model_scores import ModelScores, softmax
 
@@ -143,7 +143,7 @@ def calibrated_case(scale: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_fit_temperature_recovers_the_scale_of_overconfident_logits():
-    scale = TEMPERATURE_GRID[30]  # 10 ** 0.5 = 3.1623, an overconfident selector
+    scale = TEMPERATURE_GRID[70]  # 10 ** (-3 + 70 * 0.05) = 10 ** 0.5 = 3.1623, an overconfident selector
     logits, labels = calibrated_case(scale)
 
     assert fit_temperature(logits, labels) == scale
@@ -173,11 +173,40 @@ def test_fit_temperature_needs_labels():
         fit_temperature(np.zeros((0, 2)), np.zeros(0, dtype=int))
 
 
-def test_site_labelled_logits_labels_each_image_with_its_own_site():
+def test_unseen_site_labels_are_the_best_other_personalized_model_and_the_own_output_is_removed():
     val = {"b": validation_case()["b"], "a": validation_case()["a"]}  # mapping order differs from site order
 
-    logits, labels = site_labelled_logits(val, SITES)
+    logits, labels = unseen_site_labelled_logits(val, SITES)
 
-    np.testing.assert_array_equal(labels, [1, 0, 0])
-    np.testing.assert_allclose(softmax(logits), [[0.204, 0.70, 0.096], [0.50, 0.39, 0.11], [0.50, 0.19, 0.31]],
-                               rtol=0, atol=1e-12)
+    # b/0: Dice of a 0.9, c 0.1 (b's own 0.95 excluded) -> a; a/0: b 0.8 > c 0.1 -> b; a/1: c 0.3 > b 0.2 -> c
+    np.testing.assert_array_equal(labels, [0, 1, 2])
+    # with the own output removed, the softmax is drop_site's renormalisation
+    np.testing.assert_allclose(softmax(logits), [[0.204 / 0.3, 0.0, 0.096 / 0.3], [0.0, 0.78, 0.22],
+                                                 [0.0, 0.38, 0.62]], rtol=0, atol=1e-12)
+
+
+def _unseen_case(scale: float) -> dict[str, ModelScores]:
+    """Validation of sites a and b whose left-out logits are ``scale`` times calibrated ones.
+
+    Left-out probabilities of each image [3/4, 1/4] between the two other sites, and the best
+    other model is the likelier one for 3 of 4 images: at T = scale the NLL is least.
+    """
+    def site(own: int, name: str) -> ModelScores:
+        others = [k for k in range(3) if k != own]
+        logits = np.zeros((4, 3))
+        logits[:, others[0]], logits[:, others[1]] = 0.0, -math.log(3.0)
+        logits[:, own] = 5.0  # the own site's output: removed before the fit, so any value
+        dice = np.zeros((4, 4))
+        dice[:, 1 + others[0]] = [0.9, 0.9, 0.9, 0.2]
+        dice[:, 1 + others[1]] = [0.5, 0.5, 0.5, 0.8]
+        return ModelScores(dice, scale * logits, np.zeros((4, 2), np.float32), tuple(f"{name}/{i}" for i in range(4)))
+
+    return {"a": site(0, "a"), "b": site(1, "b")}
+
+
+@pytest.mark.parametrize("scale", [TEMPERATURE_GRID[100], TEMPERATURE_GRID[20]])  # 10^2 over-, 10^-2 under-confident
+def test_unseen_temperature_softens_an_overconfident_and_sharpens_an_underconfident_selector(scale):
+    fitted = fit_unseen_temperature(_unseen_case(scale), SITES)
+
+    assert fitted == scale
+    assert TEMPERATURE_GRID[0] < fitted < TEMPERATURE_GRID[-1]  # an answer inside the grid, not its floor or ceiling

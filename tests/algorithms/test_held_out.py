@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedsm_core.algorithms.gamma import GAMMA_GRID
+from fedsm_core.algorithms.gamma_calibration import TEMPERATURE_GRID
 from fedsm_core.algorithms.held_out import analyse_held_out, project_2d
 from fedsm_core.algorithms.model_scores import ModelScores
 
@@ -79,12 +80,13 @@ def test_dice_of_every_model_and_of_the_super_model(result):
 
 
 def test_temperature_scaling_fits_t_on_validation_and_leaves_the_test_curve_alone():
-    # Every validation image's own site is the selector's argmax, so the NLL falls as T falls:
-    # the smallest temperature of the grid (0.1). Sharpened, no image is unsure enough for the global
-    # model below gamma 0.95, so the calibrated gamma is 0 and every test image is routed to a site.
+    # With its own site left out, every validation image's likeliest remaining site is also the one whose
+    # model segments it best (a/0 -> b, a/1 -> c, b/0 -> a), so the NLL falls as T falls: the smallest
+    # temperature of the grid. Sharpened, no image is unsure enough for the global model below gamma 0.95,
+    # so the calibrated gamma is 0 and every test image is routed to a site.
     scaled = analyse_held_out("d", TEST, VAL, SITES, bundle_gamma=0.6, temperature_scaling=True)
 
-    assert scaled.temperature == pytest.approx(0.1)
+    assert scaled.temperature == pytest.approx(TEMPERATURE_GRID[0])
     assert scaled.curve == pytest.approx(EXPECTED_CURVE, abs=1e-12)  # oracle and test curve use T = 1
     assert scaled.gammas["oracle"] == 0.75
     assert scaled.gammas["calibrated"] == 0.0
