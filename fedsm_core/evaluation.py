@@ -33,14 +33,16 @@ def evaluate_super_model(
     data : SegArrays
         The split to evaluate.
     gammas : sequence of float
-        Optional sweep: the super model's Dice at each of these thresholds is
-        returned as the list ``dice-super-sweep`` (same order).
+        Optional sweep: the super model's Dice and the share of images routed
+        to the global model at each of these thresholds are returned as the
+        lists ``dice-super-sweep`` and ``share-global-sweep`` (same order).
 
     Returns
     -------
     dict
         ``dice-global``, ``dice-super`` (at the model's gamma), ``share-global``
-        (fraction of images the selector sent to the global model), ``num-images``;
+        (fraction of images the selector sent to the global model), ``num-images``,
+        ``gamma`` (the threshold used; not for a selector with a global output);
         for a training site also ``dice-personal`` and ``selector-accuracy``
         (argmax equals the site, regardless of gamma).
     """
@@ -54,10 +56,13 @@ def evaluate_super_model(
     if site_index is not None:
         metrics["dice-personal"] = float(scores["personal"].mean())
         metrics["selector-accuracy"] = float((scores["site"] == site_index).double().mean())
+    if not super_model.selector_includes_global:
+        metrics["gamma"] = float(super_model.gamma)
     if gammas and not super_model.selector_includes_global:
         metrics["dice-super-sweep"] = [
             float(routed_scores(scores["confidence"], scores["routed"], scores["global"], g).mean()) for g in gammas
         ]
+        metrics["share-global-sweep"] = [float((scores["confidence"] <= g).double().mean()) for g in gammas]
     return metrics
 
 

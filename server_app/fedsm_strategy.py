@@ -194,8 +194,28 @@ class FedSMStrategy(SiteStrategy):
             }
         )
 
+    def restate_validation(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]]) -> None:
+        """Choose gamma on this validation round's sweep (if asked to) and report the super model at it.
+
+        Every validation round then shows the super model as it would be
+        deployed after that round: ``dice-super``, ``share-global`` and
+        ``gamma`` are those at the chosen gamma, not at the configured one.
+        The last round's choice is the run's gamma, used on test and saved.
+        """
+        sweeps = {site: (values["dice-super-sweep"], per_site[site].get("num-images", 0.0))
+                  for site, values in lists.items() if "dice-super-sweep" in values and site in per_site}
+        if not sweeps or not self.choose_gamma_on_validation:
+            return
+        self.gamma = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+        index = GAMMA_GRID.index(self.gamma)
+        for site in sweeps:
+            per_site[site]["dice-super"] = lists[site]["dice-super-sweep"][index]
+            if "share-global-sweep" in lists[site]:
+                per_site[site]["share-global"] = lists[site]["share-global-sweep"][index]
+            per_site[site]["gamma"] = self.gamma
+
     def finish_validation(self) -> list[str]:
-        """Choose gamma on the last validation round's sweep (if asked to); notes for the summary."""
+        """Notes for the summary: the last validation round's pooled Dice by gamma, and the gamma chosen."""
         sweeps = {
             site: (lists["dice-super-sweep"], self.last_counts.get(site, 0.0))
             for site, lists in self.latest_lists.get("val", {}).items()
@@ -207,7 +227,6 @@ class FedSMStrategy(SiteStrategy):
         curve = ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, pooled, strict=True))
         notes = [f"pooled validation Dice of the super model by gamma: {curve}"]
         if self.choose_gamma_on_validation:
-            self.gamma = choose_gamma(pooled, GAMMA_GRID)
             notes.append(f"gamma chosen on validation: {self.gamma:.2f}")
             log(INFO, "gamma chosen on validation data: %.2f", self.gamma)
         return notes

@@ -237,9 +237,17 @@ class SiteStrategy(Strategy):
         self.latest_lists[split] = lists
         if not per_site:
             return None
+        if split == "val":
+            self.restate_validation(per_site, lists)
         ordered = {node.site_name: per_site[node.site_name] for node in self.nodes if node.site_name in per_site}
         self.on_evaluate(server_round, split, ordered)
         return records.to_metrics(pool_site_metrics(ordered))
+
+    def restate_validation(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]]) -> None:
+        """Adjust a validation round's per-site metrics in place before they are recorded; nothing by default.
+
+        FedSM chooses gamma here and restates the super model's metrics at it.
+        """
 
     def finish_validation(self) -> list[str]:
         """Called after the last round, before the test evaluation; returns notes for the summary.

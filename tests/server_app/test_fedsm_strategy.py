@@ -372,3 +372,43 @@ def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_f
     grid = _StatisticsGrid()
     strategy.prepare_evaluation(grid, 3, timeout=1.0)
     assert grid.asked == []
+
+
+def _validation_reply(site: str, dice_super: float, sweep: list[float], shares: list[float], images: int):
+    metrics = records.to_metrics({"dice-super": dice_super, "share-global": 0.0, "num-images": images,
+                                  "dice-super-sweep": sweep, "share-global-sweep": shares})
+    return reply(NODE[site], {records.METRICS: metrics}, MessageType.EVALUATE)
+
+
+def test_validation_reports_the_super_model_at_the_gamma_it_chooses():
+    # Prepare: 21 gammas 0.00 .. 1.00. Pooled sweep (a: 1 image, b: 3 images) peaks only at gamma 0.30:
+    # a 0.8 there else 0.6; b 0.7 there else 0.5 -> pooled (0.8 + 2.1) / 4 = 0.725 vs 0.55
+    log = EvaluationLog()
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, choose_gamma_on_validation=True)
+    peak = [i == 6 for i in range(21)]
+    sweep_a, sweep_b = [0.8 if p else 0.6 for p in peak], [0.7 if p else 0.5 for p in peak]
+    shares = [round(0.05 * i, 2) for i in range(21)]  # share routed to global at each gamma
+
+    # Execute
+    strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.6, sweep_a, shares, 1),
+                                           _validation_reply("site-b", 0.5, sweep_b, shares, 3)])
+
+    # Assert: the round is recorded at gamma 0.30, which becomes the run's gamma
+    (server_round, split, per_site), = log.calls
+    assert strategy.gamma == 0.3
+    assert per_site["site-a"]["dice-super"] == 0.8 and per_site["site-b"]["dice-super"] == 0.7
+    assert per_site["site-a"]["share-global"] == 0.3 and per_site["site-a"]["gamma"] == 0.3
+    assert "gamma chosen on validation: 0.30" in strategy.finish_validation()
+
+
+def test_with_a_fixed_gamma_validation_is_reported_at_it():
+    log = EvaluationLog()
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, choose_gamma_on_validation=False)
+    sweep = [0.9 if i == 6 else 0.1 for i in range(21)]
+
+    strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.1, sweep, [0.0] * 21, 1)])
+
+    assert strategy.gamma == 0.5
+    assert log.calls[0][2]["site-a"]["dice-super"] == 0.1
