@@ -116,9 +116,7 @@ def train_fedsm_client(
         loss_fn=soft_dice_loss, settings=settings.personalization,
     ))
     selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
-    selector_optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
-    style_generator = torch.Generator().manual_seed(settings.seed + 1)
-    load_adam_state(selector, selector_optimizer, payload.selector_optimizer)
+    selector_step = selector_learner(selector, payload.selector_optimizer, site_index, spec.num_sites, settings)
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
                 hooks=segmentation_hooks(settings)),
@@ -127,10 +125,7 @@ def train_fedsm_client(
     if settings.personalization.method in PLAIN_STEP_METHODS:
         personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
     if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
-        learners.append(Learner(
-            "selector", selector, selector_optimizer, F.cross_entropy,
-            site_batch(site_index, spec.num_sites, settings.selector_negatives, style_generator),
-        ))
+        learners.append(selector_step)
     metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
                              settings.augmentation)
@@ -138,11 +133,21 @@ def train_fedsm_client(
         global_weights=get_weights(global_model),
         personal_weights=personal.deployed(lambda: iterate_batches(data, settings.batch_size, shuffle=False)),
         selector_weights=get_weights(selector),
-        selector_optimizer=adam_state_to_arrays(selector, selector_optimizer),
+        selector_optimizer=adam_state_to_arrays(selector, selector_step.optimizer),
         num_examples=len(data.images),
         client_state=personal.client_state(),
     )
     return update, metrics
+
+
+def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num_sites: int,
+                     settings: TrainSettings) -> Learner:
+    """The selector's learner at site ``k``: Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`."""
+    optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    load_adam_state(selector, optimizer, moments)
+    style_generator = torch.Generator().manual_seed(settings.seed + 1)
+    return Learner("selector", selector, optimizer, F.cross_entropy,
+                   site_batch(site_index, num_sites, settings.selector_negatives, style_generator))
 
 
 # Personalized learners that take the loop's plain step, so weight perturbation composes with them;
