@@ -219,8 +219,9 @@ def evaluate(msg: Message, context: Context) -> Message:
     includes_global = bool(content[records.CONFIG].get("selector-includes-global", False))
     selector = (extra_spec(spec) if includes_global else spec).build_selector()
     set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
-    super_model = SuperModel(global_model, personalized, selector, float(content[records.CONFIG]["gamma"]),
-                             includes_global)
+    gamma = content[records.CONFIG]["gamma"]  # one threshold, or one per personalized model
+    super_model = SuperModel(global_model, personalized, selector,
+                             tuple(gamma) if isinstance(gamma, list) else float(gamma), includes_global)
     gammas = [float(g) for g in content[records.CONFIG].get("gamma-sweep", [])]
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device, gammas)
     return Message(RecordDict({records.METRICS: records.to_metrics({**metrics, **knn})}), reply_to=msg)

@@ -19,7 +19,9 @@ KIND_LABELS = {"zero": "gamma = 0", "bundle": "run's gamma", "calibrated": "cali
 
 def result_rows(result: HeldOutResult) -> list[dict[str, object]]:
     """Long-format rows: gammas, temperature, selection frequencies and Dice."""
-    rows = [{"quantity": "gamma", "key": kind, "value": value} for kind, value in result.gammas.items()]
+    rows = [{"quantity": "gamma", "key": f"{kind}-{model}" if isinstance(value, tuple) else kind, "value": g}
+            for kind, value in result.gammas.items()
+            for model, g in (enumerate(value) if isinstance(value, tuple) else [(0, value)])]
     rows.append({"quantity": "temperature", "key": "selector", "value": result.temperature})
     rows.append({"quantity": "images", "key": "test", "value": result.num_images})
     for kind, shares in result.frequencies.items():
@@ -45,7 +47,7 @@ def result_table(results: Sequence[HeldOutResult]) -> list[str]:
         for kind in ("zero", "calibrated"):
             shares = r.frequencies[kind]
             cells = [f"{shares[m]:.2f}" if m in shares else "-" for m in models]
-            lines.append(f"| {r.site} | {kind} {r.gammas[kind]:.2f} | " + " | ".join(cells) + " |")
+            lines.append(f"| {r.site} | {kind} {_gamma(r.gammas[kind])} | " + " | ".join(cells) + " |")
     lines += ["", "Dice on the held-out site's test images", "",
               "| held-out site | images | global | best personalized | " + " | ".join(KIND_LABELS[k] for k in KINDS)
               + " | gammas (run / calibrated / oracle) | T |", "|---" * 10 + "|"]
@@ -54,7 +56,7 @@ def result_table(results: Sequence[HeldOutResult]) -> list[str]:
         best = max(personal, key=personal.get)
         cells = [f"{r.dice[f'super@{k}']:.4f}" for k in KINDS]
         lines.append(f"| {r.site} | {r.num_images} | {r.dice['global']:.4f} | {personal[best]:.4f} ({best}) | "
-                     + " | ".join(cells) + f" | {r.gammas['bundle']:.2f} / {r.gammas['calibrated']:.2f} / "
+                     + " | ".join(cells) + f" | {_gamma(r.gammas['bundle'])} / {r.gammas['calibrated']:.2f} / "
                      f"{r.gammas['oracle']:.2f} | {r.temperature:.2f} |")
     return lines
 
@@ -96,3 +98,10 @@ def plot_features(path: Path, features: Mapping[str, Mapping[str, np.ndarray]], 
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def _gamma(gamma: float | tuple[float, ...]) -> str:
+    """``0.50``, or ``per model (0.00-1.00)`` for a run that chose one gamma per personalized model."""
+    if isinstance(gamma, tuple):
+        return f"per model ({min(gamma):.2f}-{max(gamma):.2f})"
+    return f"{gamma:.2f}"

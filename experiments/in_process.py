@@ -18,13 +18,14 @@ import dataclasses
 import resource
 import time
 
+import numpy as np
 import torch
 
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
 from fedsm_core.algorithms.selector_head import selector_statistics
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
-from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, pool_sweeps
+from fedsm_core.algorithms.super_model import Gamma, SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
@@ -102,7 +103,7 @@ def fit_selector_head(federation: Federation) -> None:
     federation.fedsm.fit_selector_head(statistics, config.selector_shrinkage)
 
 
-def super_model(federation: Federation, gamma: float) -> SuperModel:
+def super_model(federation: Federation, gamma: Gamma) -> SuperModel:
     """The server's current super model as modules."""
     fedsm, spec = federation.fedsm, federation.spec
     models = []
@@ -116,7 +117,7 @@ def super_model(federation: Federation, gamma: float) -> SuperModel:
     return SuperModel(models[0], models[1:], selector, gamma)
 
 
-def evaluate(federation: Federation, split: str, gamma: float) -> dict[str, dict[str, float | list[float]]]:
+def evaluate(federation: Federation, split: str, gamma: Gamma) -> dict[str, dict[str, float | list[float]]]:
     """Per-site metrics of the super model on ``split`` (validation also sweeps gamma), as the ClientApp."""
     model = super_model(federation, gamma)
     gammas = list(GAMMA_GRID) if split == "val" else []
@@ -125,12 +126,17 @@ def evaluate(federation: Federation, split: str, gamma: float) -> dict[str, dict
             for index, site in enumerate(federation.sites)}
 
 
-def chosen_gamma(config: RunConfig, validation: dict[str, dict[str, float | list[float]]]) -> float:
-    """``gamma`` of the run config, or the best one on the last validation sweep (``gamma-selection``)."""
-    if config.gamma_selection != "validation" or not validation:
+def chosen_gamma(config: RunConfig, validation: dict[str, dict[str, float | list[float]]]) -> Gamma:
+    """``gamma`` of the run config, or the choice on the last validation sweeps (``gamma-selection``)."""
+    if config.gamma_selection == "fixed" or not validation:
         return config.gamma
     sweeps = {site: (m["dice-super-sweep"], float(m["num-images"])) for site, m in validation.items()}
-    return choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+    pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+    if config.gamma_selection == "validation":
+        return pooled
+    gains = np.sum([m["routing-gain-sweep"] for m in validation.values()], axis=0).tolist()
+    counts = np.sum([m["routed-count-sweep"] for m in validation.values()], axis=0).tolist()
+    return choose_model_gammas(gains, counts, GAMMA_GRID, pooled)
 
 
 def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:

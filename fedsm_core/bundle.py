@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.aggregation import Weights
-from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.algorithms.super_model import Gamma, SuperModel, check_gamma
 from fedsm_core.model_files import BUNDLE_FORMAT, GLOBAL_MODEL_FORMAT, read_model_file
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
@@ -34,7 +34,7 @@ class BundleInfo:
     spec: ModelSpec
     site_names: tuple[str, ...]
     structures: tuple[str, ...]
-    gamma: float
+    gamma: Gamma
     image_size: int
     extra: dict[str, Any]
 
@@ -76,7 +76,7 @@ def save_bundle(
         "spec": info.spec.to_dict(),
         "site_names": list(info.site_names),
         "structures": list(info.structures),
-        "gamma": float(info.gamma),
+        "gamma": list(info.gamma) if isinstance(info.gamma, tuple) else float(info.gamma),
         "image_size": int(info.image_size),
         "extra": dict(info.extra),
         "global": _tensors(global_weights),
@@ -108,7 +108,7 @@ def bundle_from_payload(payload: dict[str, Any], path: Path,
         spec=ModelSpec(**payload["spec"]),
         site_names=tuple(payload["site_names"]),
         structures=tuple(payload["structures"]),
-        gamma=float(payload["gamma"]),
+        gamma=check_gamma(payload["gamma"]),
         image_size=int(payload["image_size"]),
         extra=dict(payload["extra"]),
     )

@@ -20,7 +20,7 @@ DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.selector_head
 NORMS = ("group", "batch")
-GAMMA_SELECTIONS = ("validation", "fixed")
+GAMMA_SELECTIONS = ("per-model", "validation", "fixed")
 PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
 AUGMENTATIONS = ("none", "flip", "affine")  # see fedsm_core.data.augment
 
@@ -80,7 +80,7 @@ class RunConfig:
     knn_capacity: int = 50_000
     knn_pixels_per_image: int = 256
     gamma: float = 0.5
-    gamma_selection: str = "validation"
+    gamma_selection: str = "per-model"
     eval_every: int = 5
     output_dir: str = "runs"
     device: str = "auto"

@@ -35,14 +35,17 @@ def evaluate_super_model(
     gammas : sequence of float
         Optional sweep: the super model's Dice and the share of images routed
         to the global model at each of these thresholds are returned as the
-        lists ``dice-super-sweep`` and ``share-global-sweep`` (same order).
+        lists ``dice-super-sweep`` and ``share-global-sweep`` (same order), and
+        per personalized model ``routing-gain-sweep`` and ``routed-count-sweep``
+        (:func:`model_sweeps`).
 
     Returns
     -------
     dict
         ``dice-global``, ``dice-super`` (at the model's gamma), ``share-global``
         (fraction of images the selector sent to the global model), ``num-images``,
-        ``gamma`` (the threshold used; not for a selector with a global output);
+        ``gamma`` (the threshold of this site's own model; not for a selector
+        with a global output);
         for a training site also ``dice-personal`` and ``selector-accuracy``
         (argmax equals the site, regardless of gamma).
     """
@@ -56,14 +59,39 @@ def evaluate_super_model(
     if site_index is not None:
         metrics["dice-personal"] = float(scores["personal"].mean())
         metrics["selector-accuracy"] = float((scores["site"] == site_index).double().mean())
-    if not super_model.selector_includes_global:
-        metrics["gamma"] = float(super_model.gamma)
+    if not super_model.selector_includes_global and (site_index is not None or isinstance(super_model.gamma, float)):
+        # the threshold this site's images meet when routed to their own site's model
+        gamma = super_model.gamma
+        metrics["gamma"] = float(gamma[site_index] if isinstance(gamma, tuple) else gamma)
     if gammas and not super_model.selector_includes_global:
         metrics["dice-super-sweep"] = [
             float(routed_scores(scores["confidence"], scores["routed"], scores["global"], g).mean()) for g in gammas
         ]
         metrics["share-global-sweep"] = [float((scores["confidence"] <= g).double().mean()) for g in gammas]
+        gains, counts = model_sweeps(scores, len(super_model.personalized), gammas)
+        metrics["routing-gain-sweep"], metrics["routed-count-sweep"] = gains, counts
     return metrics
+
+
+def model_sweeps(scores: dict[str, torch.Tensor], num_models: int,
+                 gammas: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Per personalized model ``m`` and gamma ``g``: what routing to ``m`` gains over the global model.
+
+    ``gain[m, g] = sum over images with argmax m and confidence > g of (Dice_m - Dice_global)``
+    and ``count[m, g]`` the number of those images, both flattened row by row
+    (``m * len(gammas) + g``). Summed over sites they choose one gamma per model
+    (:func:`fedsm_core.algorithms.gamma.choose_model_gammas`), and restate a
+    site's super-model Dice at any choice: ``Dice_global + sum_m gain[m, g_m] / n``.
+    """
+    difference = (scores["routed"] - scores["global"]).double()
+    gains, counts = [], []
+    for model in range(num_models):
+        chosen = scores["site"] == model
+        for gamma in gammas:
+            routed = chosen & (scores["confidence"] > gamma)
+            gains.append(float(difference[routed].sum()))
+            counts.append(float(routed.sum()))
+    return gains, counts
 
 
 def _per_image_scores(

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
 from client_app import records
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps
 from fedsm_core.algorithms.selector_head import SelectorStatistics
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.algorithms.super_model import Gamma, check_gamma
 from server_app.discovery import SiteNode
 from server_app.site_strategy import EvaluationSink, SiteStrategy
 
@@ -31,11 +33,12 @@ class FedSMStrategy(SiteStrategy):
     fedsm : FedSM
         The server state.
     gamma : float
-        Selector confidence threshold used in evaluation.
-    choose_gamma_on_validation : bool
-        After the last round, replace ``gamma`` by the value of
-        :data:`~fedsm_core.algorithms.gamma.GAMMA_GRID` with the best pooled
-        validation Dice of the super model.
+        Selector confidence threshold used in evaluation until validation chooses one.
+    gamma_selection : {"per-model", "validation", "fixed"}
+        How each validation round chooses gamma from its sweep
+        (:meth:`restate_validation`): one per personalized model, one for all
+        (the best pooled validation Dice of the super model), or none
+        (``gamma`` stays as given).
     selector_shrinkage : float or None
         Before every evaluation, refit the selector's linear head from the
         sites' embedding statistics with this covariance shrinkage
@@ -53,21 +56,21 @@ class FedSMStrategy(SiteStrategy):
         eval_every: int,
         num_rounds: int,
         on_evaluate: EvaluationSink,
-        choose_gamma_on_validation: bool = False,
+        gamma_selection: str = "fixed",
         selector_shrinkage: float | None = None,
     ) -> None:
         super().__init__(nodes, eval_every, num_rounds, on_evaluate)
         self.fedsm = fedsm
         self.selector_shrinkage = selector_shrinkage
-        self.gamma = gamma
-        self.choose_gamma_on_validation = choose_gamma_on_validation
+        self.gamma: Gamma = gamma
+        self.gamma_selection = gamma_selection
         self.last_counts: dict[str, float] = {}
 
     def summary(self) -> None:
         """Log the configuration."""
         super().summary()
-        log(INFO, "FedSM: SoftPull lambda=%.3f, gamma=%.3f, selector averaged %s",
-            self.fedsm.lam, self.gamma, self.fedsm.selector_weighting)
+        log(INFO, "FedSM: SoftPull lambda=%.3f, gamma=%s (%s), selector averaged %s",
+            self.fedsm.lam, self.gamma, self.gamma_selection, self.fedsm.selector_weighting)
         log(INFO, "FedSM: personalized models trained by %s", self.fedsm.personalization)
 
     def configure_train(
@@ -176,7 +179,7 @@ class FedSMStrategy(SiteStrategy):
         self.fedsm.personalized = dict(state["personalized"])
         self.fedsm.selector_weights = state["selector"]
         self.fedsm.selector_optimizer = state["selector-optimizer"]
-        self.gamma = float(state["gamma"])
+        self.gamma = check_gamma(state["gamma"])
         self.last_counts = dict(state["last-counts"])
 
     def evaluation_content(self, split: str) -> RecordDict:
@@ -189,30 +192,53 @@ class FedSMStrategy(SiteStrategy):
                 ),
                 records.SELECTOR: records.to_record(self.fedsm.selector_weights),
                 records.CONFIG: records.to_config(
-                    {"split": split, "gamma": self.gamma, "gamma-sweep": list(GAMMA_GRID) if split == "val" else []}
+                    {"split": split, "gamma": list(self.gamma) if isinstance(self.gamma, tuple) else self.gamma,
+                     "gamma-sweep": list(GAMMA_GRID) if split == "val" else []}
                 ),
             }
         )
 
     def restate_validation(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]]) -> None:
-        """Choose gamma on this validation round's sweep (if asked to) and report the super model at it.
+        """Choose gamma on this validation round's sweeps (``gamma_selection``) and report the super model at it.
 
         Every validation round then shows the super model as it would be
         deployed after that round: ``dice-super``, ``share-global`` and
-        ``gamma`` are those at the chosen gamma, not at the configured one.
-        The last round's choice is the run's gamma, used on test and saved.
+        ``gamma`` (of each site's own model) are those at the chosen gamma,
+        not at the configured one. The last round's choice is the run's
+        gamma, used on test and saved.
         """
         sweeps = {site: (values["dice-super-sweep"], per_site[site].get("num-images", 0.0))
                   for site, values in lists.items() if "dice-super-sweep" in values and site in per_site}
-        if not sweeps or not self.choose_gamma_on_validation:
+        if not sweeps or self.gamma_selection == "fixed":
             return
-        self.gamma = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
-        index = GAMMA_GRID.index(self.gamma)
+        pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+        if self.gamma_selection == "per-model" and all("routing-gain-sweep" in lists[site] for site in sweeps):
+            self._restate_per_model(per_site, {site: lists[site] for site in sweeps}, pooled)
+            return
+        self.gamma = pooled
+        index = GAMMA_GRID.index(pooled)
         for site in sweeps:
             per_site[site]["dice-super"] = lists[site]["dice-super-sweep"][index]
             if "share-global-sweep" in lists[site]:
                 per_site[site]["share-global"] = lists[site]["share-global-sweep"][index]
-            per_site[site]["gamma"] = self.gamma
+            per_site[site]["gamma"] = pooled
+
+    def _restate_per_model(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]],
+                           pooled: float) -> None:
+        """One gamma per personalized model from the summed gain sweeps; each site's Dice restated exactly."""
+        size = len(GAMMA_GRID)
+        gains = {site: np.reshape(values["routing-gain-sweep"], (-1, size)) for site, values in lists.items()}
+        counts = {site: np.reshape(values["routed-count-sweep"], (-1, size)) for site, values in lists.items()}
+        self.gamma = choose_model_gammas(np.sum(list(gains.values()), axis=0).ravel().tolist(),
+                                         np.sum(list(counts.values()), axis=0).ravel().tolist(), GAMMA_GRID, pooled)
+        chosen = [(model, GAMMA_GRID.index(gamma)) for model, gamma in enumerate(self.gamma)]
+        for site, metrics in per_site.items():
+            if site not in gains:
+                continue
+            images = max(metrics.get("num-images", 0.0), 1.0)
+            metrics["dice-super"] = metrics["dice-global"] + sum(gains[site][m, g] for m, g in chosen) / images
+            metrics["share-global"] = 1.0 - sum(counts[site][m, g] for m, g in chosen) / images
+            metrics["gamma"] = self.gamma[self.fedsm.site_names.index(site)]
 
     def finish_validation(self) -> list[str]:
         """Notes for the summary: the last validation round's pooled Dice by gamma, and the gamma chosen."""
@@ -226,9 +252,9 @@ class FedSMStrategy(SiteStrategy):
         pooled = pool_sweeps(sweeps, GAMMA_GRID)
         curve = ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, pooled, strict=True))
         notes = [f"pooled validation Dice of the super model by gamma: {curve}"]
-        if self.choose_gamma_on_validation:
-            notes.append(f"gamma chosen on validation: {self.gamma:.2f}")
-            log(INFO, "gamma chosen on validation data: %.2f", self.gamma)
+        if self.gamma_selection != "fixed":
+            notes.append(f"gamma chosen on validation: {describe_gamma(self.gamma, self.fedsm.site_names)}")
+            log(INFO, "gamma chosen on validation data: %s", describe_gamma(self.gamma, self.fedsm.site_names))
         return notes
 
     def collect_evaluation(self, server_round: int, split: str, replies: Iterable[Message]) -> MetricRecord | None:

@@ -60,7 +60,7 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
                   config.selector_weighting, config.personalization)
     strategy = FedSMStrategy(fedsm, setup.nodes, config.gamma, config.eval_every, config.num_server_rounds,
-                             setup.on_evaluate, choose_gamma_on_validation=config.gamma_selection == "validation",
+                             setup.on_evaluate, gamma_selection=config.gamma_selection,
                              selector_shrinkage=config.selector_shrinkage if config.selector_head == "fitted" else None)
 
     def save(folder: Path) -> Path:

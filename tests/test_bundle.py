@@ -67,6 +67,18 @@ def test_round_trip_gives_identical_outputs(trained):
     assert torch.equal(loaded.global_model(images), reference.global_model(images))
 
 
+def test_a_gamma_per_model_round_trips(tmp_path):
+    info = BundleInfo(SPEC, ("site-1", "site-2"), ("disc", "cup"), (0.0, 1.0), 32, {})
+    weights = get_weights(SPEC.build_segmentation())
+    path = save_bundle(tmp_path / "b.pt", info, weights, [weights, weights], get_weights(SPEC.build_selector()))
+
+    loaded, loaded_info = load_bundle(path)
+
+    assert loaded_info.gamma == (0.0, 1.0) and loaded.gamma == (0.0, 1.0)
+    # site 2's model is never used: with gamma 1 its images go to the global model
+    assert loaded.routes(torch.tensor([[0.1, 0.9], [0.6, 0.4]])).tolist() == [-1, 0]
+
+
 def test_save_leaves_no_temporary_file(trained):
     # Prepare
     path, _, _ = trained

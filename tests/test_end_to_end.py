@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from fedsm_core.algorithms.gamma import describe_gamma
 from fedsm_core.bundle import load_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_two_round_simulation_writes_metrics_summary_and_a_loadable_super_model(
     assert "| pooled |" in summary and "dice-super" in summary
     assert "gamma chosen on validation" in summary
     super_model, info = load_bundle(folder / "super_model.pt")
-    assert f"gamma chosen on validation: {info.gamma:.2f}" in summary
+    assert f"gamma chosen on validation: {describe_gamma(info.gamma, info.site_names)}" in summary
     assert info.site_names == tuple(f"site-{i}" for i in range(1, 7))
     assert super_model(torch.rand(2, 3, 32, 32)).shape == (2, 2, 32, 32)
     assert _superlinks(tmp_path / "flwr-home") == ""

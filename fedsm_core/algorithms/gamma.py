@@ -41,3 +41,47 @@ def choose_gamma(pooled: Sequence[float], gammas: Sequence[float]) -> float:
         raise ValueError(f"choose_gamma: {len(pooled)} values for {len(gammas)} gammas")
     best = max(pooled)
     return float(min(g for g, value in zip(gammas, pooled, strict=True) if value == best))
+
+
+def choose_model_gammas(gains: Sequence[float], counts: Sequence[float], gammas: Sequence[float],
+                        fallback: float) -> tuple[float, ...]:
+    """One gamma per personalized model from the validation sweeps, pooled over sites.
+
+    Parameters
+    ----------
+    gains, counts : sequence of float
+        ``K * G`` values, model by model (:func:`fedsm_core.evaluation.model_sweeps`,
+        summed over the sites): the Dice that routing model ``m``'s images
+        above threshold ``g`` gains over the global model, and how many images that is.
+    gammas : sequence of float
+        The ``G`` thresholds swept.
+    fallback : float
+        The gamma of a model no validation image was routed to (the pooled
+        choice of :func:`choose_gamma`): no evidence for or against it.
+
+    Returns
+    -------
+    tuple of float
+        ``gamma_m`` maximising model ``m``'s gain (ties: the smallest). A model
+        that loses to the global model at every threshold gets a gamma at
+        which no image reaches it (the top of the grid, 1.0 on the default one).
+    """
+    size = len(gammas)
+    if not size or len(gains) != len(counts) or len(gains) % size:
+        raise ValueError(f"choose_model_gammas: {len(gains)} gains and {len(counts)} counts for {size} gammas")
+    chosen = []
+    for start in range(0, len(gains), size):
+        gain, count = gains[start:start + size], counts[start:start + size]
+        if not any(count):
+            chosen.append(float(fallback))
+            continue
+        best = max(gain)
+        chosen.append(float(min(g for g, value in zip(gammas, gain, strict=True) if value == best)))
+    return tuple(chosen)
+
+
+def describe_gamma(gamma: float | Sequence[float], site_names: Sequence[str]) -> str:
+    """``0.30``, or one gamma per site's model: ``site-1 0.00, site-2 1.00, ...``."""
+    if isinstance(gamma, (list, tuple)):
+        return ", ".join(f"{name} {g:.2f}" for name, g in zip(site_names, gamma, strict=True))
+    return f"{gamma:.2f}"

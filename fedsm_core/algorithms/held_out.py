@@ -22,6 +22,7 @@ import numpy as np
 
 from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma
 from fedsm_core.algorithms.gamma_calibration import calibrate_gamma, fit_unseen_temperature
+from fedsm_core.algorithms.super_model import check_gamma
 from fedsm_core.algorithms.model_scores import (
     ModelScores, dice_by_gamma, route_images, routed_dice, selection_frequencies, softmax,
 )
@@ -34,7 +35,8 @@ class HeldOutResult:
     Attributes
     ----------
     gammas : dict
-        ``"zero"``, ``"bundle"``, ``"calibrated"``, ``"oracle"`` -> gamma.
+        ``"zero"``, ``"bundle"``, ``"calibrated"``, ``"oracle"`` -> gamma (the
+        bundle's may hold one per training site's model).
     temperature : float
         Selector temperature used with the calibrated gamma (1.0 = none).
     frequencies : dict
@@ -51,7 +53,7 @@ class HeldOutResult:
     site: str
     num_images: int
     gamma_grid: tuple[float, ...]
-    gammas: dict[str, float] = field(default_factory=dict)
+    gammas: dict[str, float | tuple[float, ...]] = field(default_factory=dict)
     temperature: float = 1.0
     frequencies: dict[str, dict[str, float]] = field(default_factory=dict)
     dice: dict[str, float] = field(default_factory=dict)
@@ -60,7 +62,7 @@ class HeldOutResult:
 
 
 def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores], site_names: Sequence[str],
-                     bundle_gamma: float, temperature_scaling: bool = True,
+                     bundle_gamma: float | tuple[float, ...], temperature_scaling: bool = True,
                      gamma_grid: Sequence[float] = GAMMA_GRID) -> HeldOutResult:
     """Score the routing of ``test`` (held-out site) under four gamma choices.
 
@@ -84,7 +86,7 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
     probs = softmax(test.logits)
     scaled = softmax(test.logits, result.temperature)
     result.curve = dice_by_gamma(test.dice, probs, gamma_grid)
-    result.gammas = {"zero": 0.0, "bundle": float(bundle_gamma), "calibrated": calibrated,
+    result.gammas = {"zero": 0.0, "bundle": check_gamma(bundle_gamma), "calibrated": calibrated,
                      "oracle": choose_gamma(result.curve, gamma_grid)}
     result.dice["global"] = float(test.dice[:, 0].mean())
     result.dice.update({name: float(test.dice[:, k + 1].mean()) for k, name in enumerate(site_names)})

@@ -74,10 +74,11 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def route_images(probs: np.ndarray, gamma: float) -> np.ndarray:
-    """Algorithm 2 on probabilities: site index, or -1 (global) when ``max(p) <= gamma``."""
-    confidence = probs.max(axis=1)
-    return np.where(confidence > gamma, probs.argmax(axis=1), -1)
+def route_images(probs: np.ndarray, gamma: float | tuple[float, ...]) -> np.ndarray:
+    """Algorithm 2 on probabilities: site index, or -1 (global) when ``max(p) <= gamma`` (of that site's model)."""
+    confidence, site = probs.max(axis=1), probs.argmax(axis=1)
+    threshold = np.asarray(gamma, dtype=np.float64)
+    return np.where(confidence > (threshold[site] if threshold.ndim else threshold), site, -1)
 
 
 def routed_dice(dice: np.ndarray, routes: np.ndarray) -> np.ndarray:

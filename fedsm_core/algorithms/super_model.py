@@ -8,20 +8,37 @@ import torch
 import torch.nn as nn
 
 GLOBAL_ROUTE = -1
+Gamma = float | tuple[float, ...]
+"""One threshold for every personalized model, or one per model (``gamma-selection = "per-model"``)."""
 
 
-def route(selector_probs: torch.Tensor, gamma: float) -> torch.Tensor:
+def check_gamma(gamma: float | Sequence[float], num_models: int | None = None) -> Gamma:
+    """``gamma`` as a float or a tuple of ``num_models`` floats, each in ``[0, 1]``; raises ``ValueError``."""
+    values = [float(g) for g in gamma] if isinstance(gamma, (list, tuple)) else [float(gamma)]
+    if any(not 0.0 <= g <= 1.0 for g in values):
+        raise ValueError(f"gamma = {gamma} is outside [0, 1]")
+    if not isinstance(gamma, (list, tuple)):
+        return values[0]
+    if num_models is not None and len(values) != num_models:
+        raise ValueError(f"{len(values)} gammas for {num_models} personalized models; give one per model")
+    return tuple(values)
+
+
+def route(selector_probs: torch.Tensor, gamma: Gamma) -> torch.Tensor:
     """Choose a model per image from the selector's softmax output.
 
     ``y_s = softmax(f_s(x))``; if ``max(y_s) > gamma`` the image goes to the
-    personalized model ``argmax(y_s)``, otherwise to the global model.
+    personalized model ``argmax(y_s)``, otherwise to the global model. With
+    one threshold per model, ``gamma_k`` of the candidate ``k = argmax(y_s)``
+    applies: a personalized model that does no better than the global model
+    on validation gets ``gamma_k = 1`` and is never used.
 
     Parameters
     ----------
     selector_probs : torch.Tensor
         ``[B, K]`` probabilities (rows sum to 1).
-    gamma : float
-        Confidence threshold in ``[0, 1]``; ``gamma = 0`` always picks a
+    gamma : float or tuple of K floats
+        Confidence threshold(s) in ``[0, 1]``; ``gamma = 0`` always picks a
         personalized model, ``gamma = 1`` always the global one.
 
     Returns
@@ -31,10 +48,12 @@ def route(selector_probs: torch.Tensor, gamma: float) -> torch.Tensor:
     """
     if selector_probs.ndim != 2:
         raise ValueError(f"route: selector_probs must be [B, K], got shape {tuple(selector_probs.shape)}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"route: gamma = {gamma} is outside [0, 1]")
+    gamma = check_gamma(gamma, selector_probs.shape[1])
     confidence, site = selector_probs.max(dim=1)
-    return torch.where(confidence > gamma, site, torch.full_like(site, GLOBAL_ROUTE))
+    threshold = torch.tensor(gamma, dtype=confidence.dtype, device=confidence.device)
+    if threshold.ndim:
+        threshold = threshold[site]
+    return torch.where(confidence > threshold, site, torch.full_like(site, GLOBAL_ROUTE))
 
 
 def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -59,8 +78,8 @@ class SuperModel(nn.Module):
         One SoftPull-personalized U-Net per training site, in site order.
     selector : nn.Module
         Site classifier with K outputs.
-    gamma : float
-        Confidence threshold of Algorithm 2.
+    gamma : float or tuple of K floats
+        Confidence threshold of Algorithm 2, or one per personalized model.
     selector_includes_global : bool
         FedSM-extra: the selector has ``K + 1`` outputs, index 0 being the
         global model, and its argmax is followed without a threshold.
@@ -71,7 +90,7 @@ class SuperModel(nn.Module):
         global_model: nn.Module,
         personalized: Sequence[nn.Module],
         selector: nn.Module,
-        gamma: float,
+        gamma: Gamma,
         selector_includes_global: bool = False,
     ) -> None:
         super().__init__()
@@ -79,7 +98,7 @@ class SuperModel(nn.Module):
         self.global_model = global_model
         self.personalized = nn.ModuleList(personalized)
         self.selector = selector
-        self.gamma = float(gamma)
+        self.gamma = check_gamma(gamma, None if selector_includes_global else len(personalized))
 
     @torch.no_grad()
     def forward_with_routes(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

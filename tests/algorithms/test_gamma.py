@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps
 
 
 def test_pooled_sweep_weights_sites_by_images_and_picks_the_best_gamma():
@@ -32,3 +32,20 @@ def test_grid_spans_zero_to_one():
 def test_mismatched_sweep_is_rejected():
     with pytest.raises(ValueError, match="a reported 2 sweep values for 3 gammas"):
         pool_sweeps({"a": ([0.1, 0.2], 1.0)}, [0.0, 0.5, 1.0])
+
+
+def test_model_gammas_maximise_each_models_gain_and_fall_back_without_evidence():
+    # Prepare: gammas 0, 0.5, 1. Model 0 gains most above 0.5 (0.3 > 0.2); model 1 loses at every threshold
+    # that routes images to it; model 2 ties at 0 and 0.5 (smallest wins); model 3 was never routed to.
+    gammas = [0.0, 0.5, 1.0]
+    gains = [0.2, 0.3, 0.0,   -0.4, -0.1, 0.0,   0.5, 0.5, 0.0,   0.0, 0.0, 0.0]
+    counts = [4, 2, 0,        3, 1, 0,           2, 2, 0,         0, 0, 0]
+
+    # Execute
+    chosen = choose_model_gammas(gains, counts, gammas, fallback=0.5)
+
+    # Assert
+    assert chosen == (0.5, 1.0, 0.0, 0.5)
+    assert describe_gamma(chosen[:2], ["a", "b"]) == "a 0.50, b 1.00"
+    with pytest.raises(ValueError, match="gains"):
+        choose_model_gammas(gains[:-1], counts, gammas, 0.5)

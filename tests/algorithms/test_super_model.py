@@ -64,8 +64,26 @@ def test_gamma_zero_on_uniform_rows_still_picks_a_site():
     # Execute
     routes = route(rows, 0.0)
 
+    # Assert: ties go to the first maximum (torch.max), so every row goes to site 0
+    assert routes.tolist() == [0, 0, 0]
+
+
+def test_one_gamma_per_model_applies_the_threshold_of_the_candidate_model():
+    # Prepare: confidences 0.9 (site 0), 0.7 (site 1), 0.8 (site 2)
+    probs = torch.tensor([[0.9, 0.05, 0.05], [0.2, 0.7, 0.1], [0.1, 0.1, 0.8]], dtype=torch.float64)
+
+    # Execute: site 0's model needs > 0.95, site 1's > 0.5, site 2's model is never used (gamma 1)
+    routes = route(probs, (0.95, 0.5, 1.0))
+
     # Assert
-    assert all(0 <= r < 4 for r in routes.tolist())
+    assert routes.tolist() == [GLOBAL_ROUTE, 1, GLOBAL_ROUTE]
+    assert route(probs, 0.75).tolist() == [0, GLOBAL_ROUTE, 2]
+
+
+@pytest.mark.parametrize("gamma, match", [((0.5, 0.5), "2 gammas for 3"), ((0.5, 1.5, 0.0), "outside")])
+def test_a_gamma_per_model_must_match_the_models(gamma, match):
+    with pytest.raises(ValueError, match=match):
+        route(torch.full((1, 3), 1 / 3), gamma)
 
 
 def test_gamma_one_always_routes_to_global():

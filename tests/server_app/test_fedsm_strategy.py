@@ -385,7 +385,7 @@ def test_validation_reports_the_super_model_at_the_gamma_it_chooses():
     # a 0.8 there else 0.6; b 0.7 there else 0.5 -> pooled (0.8 + 2.1) / 4 = 0.725 vs 0.55
     log = EvaluationLog()
     fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, choose_gamma_on_validation=True)
+    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, gamma_selection="validation")
     peak = [i == 6 for i in range(21)]
     sweep_a, sweep_b = [0.8 if p else 0.6 for p in peak], [0.7 if p else 0.5 for p in peak]
     shares = [round(0.05 * i, 2) for i in range(21)]  # share routed to global at each gamma
@@ -405,10 +405,48 @@ def test_validation_reports_the_super_model_at_the_gamma_it_chooses():
 def test_with_a_fixed_gamma_validation_is_reported_at_it():
     log = EvaluationLog()
     fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, choose_gamma_on_validation=False)
+    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, gamma_selection="fixed")
     sweep = [0.9 if i == 6 else 0.1 for i in range(21)]
 
     strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.1, sweep, [0.0] * 21, 1)])
 
     assert strategy.gamma == 0.5
     assert log.calls[0][2]["site-a"]["dice-super"] == 0.1
+
+
+def _per_model_reply(site: str, dice_global: float, gains: list[list[float]], counts: list[list[float]], images: int):
+    """A validation reply with flat sweeps: one gain and count row of 21 gammas per model (3 models)."""
+    metrics = records.to_metrics({
+        "dice-global": dice_global, "dice-super": 0.0, "share-global": 0.0, "num-images": images,
+        "dice-super-sweep": [dice_global] * 21, "share-global-sweep": [1.0] * 21,
+        "routing-gain-sweep": [g for row in gains for g in row], "routed-count-sweep": [c for row in counts for c in row],
+    })
+    return reply(NODE[site], {records.METRICS: metrics}, MessageType.EVALUATE)
+
+
+def test_per_model_gamma_drops_a_personalized_model_that_loses_to_the_global_model():
+    # Prepare: a's model gains +0.4 on a's two images at every gamma below 1.0; b's model loses 0.3 on b's one
+    # image; c's model was never the argmax. Gains and counts per gamma index (0.00 .. 1.00; at 1.00 none routed).
+    log = EvaluationLog()
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    strategy = FedSMStrategy(fedsm, NODES, 0.5, 1, 5, log, gamma_selection="per-model")
+    below_one = [1.0] * 20 + [0.0]
+    zero = [0.0] * 21
+    a = _per_model_reply("site-a", 0.5, [[0.4 * x for x in below_one], zero, zero],
+                         [[2.0 * x for x in below_one], zero, zero], 2)
+    b = _per_model_reply("site-b", 0.6, [zero, [-0.3 * x for x in below_one], zero], [zero, below_one, zero], 1)
+
+    # Execute
+    strategy.collect_evaluation(5, "val", [a, b])
+
+    # Assert: a's model always (0.0), b's never (1.0), c's falls back to the pooled choice. The pooled curve is
+    # flat here (dice-super-sweep = global everywhere), so that choice is its smallest gamma, 0.0.
+    assert strategy.gamma == (0.0, 1.0, 0.0)
+    (_, _, per_site), = log.calls
+    # a: 0.5 + 0.4 / 2 = 0.7, both images routed; b: its model is dropped, so the global model's 0.6
+    assert per_site["site-a"]["dice-super"] == pytest.approx(0.7) and per_site["site-a"]["share-global"] == 0.0
+    assert per_site["site-b"]["dice-super"] == pytest.approx(0.6) and per_site["site-b"]["share-global"] == 1.0
+    assert per_site["site-b"]["gamma"] == 1.0
+    assert "site-a 0.00, site-b 1.00, site-c 0.00" in strategy.finish_validation()[-1]
+    content = strategy.evaluation_content("test")
+    assert list(content[records.CONFIG]["gamma"]) == [0.0, 1.0, 0.0]

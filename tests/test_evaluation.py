@@ -1,0 +1,75 @@
+"""Super-model evaluation: the per-model sweeps restate the super model's Dice at any gamma per model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from fedsm_core.algorithms.gamma import GAMMA_GRID
+from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation import evaluate_super_model
+
+
+class ChannelSelector(nn.Module):
+    """Logits are the first K pixels of channel 0 (so each image says how sure the selector is)."""
+
+    def __init__(self, num_sites: int) -> None:
+        super().__init__()
+        self.num_sites = num_sites
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images[:, 0, 0, : self.num_sites] * 10
+
+
+class Threshold(nn.Module):
+    """Foreground where channel 1 exceeds ``level``: models of different quality on the same images."""
+
+    def __init__(self, level: float) -> None:
+        super().__init__()
+        self.level = level
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images[:, 1:2] - self.level) * 50
+
+
+def _site(seed: int, n: int = 12) -> SegArrays:
+    rng = np.random.default_rng(seed)
+    images = rng.random((n, 3, 8, 8)).astype(np.float32)
+    masks = (images[:, 1:2] > 0.5).astype(np.float32)  # the truth: channel 1 above 0.5
+    return SegArrays(images, masks, tuple(f"s{seed}/{i}" for i in range(n)))
+
+
+@pytest.mark.parametrize("gammas", [(0.0, 0.0, 0.0), (0.6, 1.0, 0.3), (1.0, 0.45, 0.9)])
+def test_dice_at_a_gamma_per_model_equals_global_dice_plus_the_swept_gains(gammas):
+    # Prepare: global model slightly off, personalized models better (0), worse (1) and far off (2)
+    personalized = [Threshold(0.5), Threshold(0.7), Threshold(0.2)]
+    model = SuperModel(Threshold(0.55), personalized, ChannelSelector(3), 0.5)
+    data = _site(0)
+
+    # Execute: one validation pass with the sweeps, and one evaluation at the per-model gammas
+    swept = evaluate_super_model(model, 0, data, batch_size=5, gammas=GAMMA_GRID)
+    model.gamma = gammas
+    direct = evaluate_super_model(model, 0, data, batch_size=5)
+
+    # Assert: Dice_super = Dice_global + sum_m gain[m, g_m] / n, and the share routed to global likewise
+    size = len(GAMMA_GRID)
+    gains = np.reshape(swept["routing-gain-sweep"], (3, size))
+    counts = np.reshape(swept["routed-count-sweep"], (3, size))
+    index = [GAMMA_GRID.index(g) for g in gammas]
+    n = swept["num-images"]
+    restated = swept["dice-global"] + sum(gains[m, i] for m, i in enumerate(index)) / n
+    assert restated == pytest.approx(direct["dice-super"], abs=1e-9)
+    assert 1 - sum(counts[m, i] for m, i in enumerate(index)) / n == pytest.approx(direct["share-global"])
+    assert direct["gamma"] == gammas[0]  # the threshold of site 0's own model
+
+
+def test_one_gamma_for_all_models_is_the_scalar_sweep():
+    model = SuperModel(Threshold(0.55), [Threshold(0.5), Threshold(0.7), Threshold(0.2)], ChannelSelector(3), 0.5)
+    swept = evaluate_super_model(model, 1, _site(1), gammas=GAMMA_GRID)
+    gains = np.reshape(swept["routing-gain-sweep"], (3, len(GAMMA_GRID))).sum(axis=0)
+
+    np.testing.assert_allclose(swept["dice-global"] + gains / swept["num-images"], swept["dice-super-sweep"],
+                               atol=1e-9)
