@@ -16,6 +16,13 @@ study rewrites
   and the super model, the selector's site accuracy and the share of images
   routed to the global model, per site and pooled, and the gamma each run chose;
 * ``table.md``: mean ± std over seeds of each of these per site.
+
+For FedSM runs the study also scores the run's saved super model
+(``super_model.pt``) once more with the routing rule of ``--gamma-selection``
+(default: one gamma per personalized model, chosen on the validation split;
+:func:`experiments.in_process.chosen_gamma`), as rows of method
+``<method>@<rule>``. gamma plays no part in training, so this is what a run with
+that rule reports, and it lets runs made with an older rule be compared.
 """
 
 from __future__ import annotations
@@ -29,12 +36,20 @@ from pathlib import Path
 import numpy as np
 
 from experiments.compare import FEDERATED, METHOD_SETTINGS, ROOT, launch_run, parse_overrides
+from experiments.in_process import chosen_gamma
+from fedsm_core.algorithms.gamma import GAMMA_GRID
 from fedsm_core.bundle import load_bundle
+from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.device import set_cpu_threads
+from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.reporting import pool_site_metrics
 
 METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global")
 HEADERS = {"dice-global": "global", "dice-personal": "own personalized", "dice-super": "super",
-           "selector-accuracy": "selector accuracy", "share-global": "routed to global"}
+           "selector-accuracy": "selector accuracy", "share-global": "routed to global", "gamma": "gamma"}
+TABLE_METRICS = (*METRICS, "gamma")
 COLUMNS = ("dataset", "method", "seed", "site", "metric", "value")
 
 
@@ -67,6 +82,26 @@ def test_rows(folder: Path, dataset: str, method: str, seed: int) -> list[dict[s
     return rows
 
 
+def rescore(folder: Path, dataset: str, method: str, seed: int, rule: str) -> list[dict[str, object]]:
+    """Test rows of the run's super model with gamma chosen on validation by ``rule`` (``gamma-selection``)."""
+    model, info = load_bundle(folder / "super_model.pt")
+    run_config = load_checkpoint(folder / CHECKPOINT_FILE)["run-config"]
+    config = RunConfig.from_mapping({**run_config, "gamma-selection": rule})
+    set_cpu_threads(config.torch_threads)  # more threads than free cores slows inference many times over
+    source = training_dataset(config.dataset, config.held_out_site)
+    sites = {name: source.load_site(i, config.image_size, config.data_scale, config.data_seed)
+             for i, name in enumerate(source.site_names)}
+    validation = {name: evaluate_super_model(model, i, s.val, config.batch_size * 2, gammas=GAMMA_GRID)
+                  for i, (name, s) in enumerate(sites.items())}
+    model.gamma = chosen_gamma(config, validation)
+    test = {name: {k: v for k, v in evaluate_super_model(model, i, s.test, config.batch_size * 2).items()
+                   if not isinstance(v, list)} for i, (name, s) in enumerate(sites.items())}
+    test["pooled"] = pool_site_metrics(test)
+    label = f"{method}@{rule}"
+    return [{"dataset": dataset, "method": label, "seed": seed, "site": site, "metric": metric, "value": value}
+            for site, metrics in test.items() for metric, value in metrics.items() if metric in (*METRICS, "gamma")]
+
+
 def study_table(rows: list[dict[str, object]]) -> list[str]:
     """Markdown: one block per method, a row per site, a column per metric, mean ± std over seeds."""
     lines: list[str] = []
@@ -75,15 +110,12 @@ def study_table(rows: list[dict[str, object]]) -> list[str]:
         seeds = sorted({int(r["seed"]) for r in mine})
         sites = [s for s in dict.fromkeys(str(r["site"]) for r in mine if r["metric"] in METRICS) if s != "pooled"]
         lines += [f"**{FEDERATED.get(method, method)}** (test, seeds {seeds})", "",
-                  "| site | " + " | ".join(HEADERS[m] for m in METRICS) + " |",
-                  "|---|" + "---|" * len(METRICS)]
+                  "| site | " + " | ".join(HEADERS[m] for m in TABLE_METRICS) + " |",
+                  "|---|" + "---|" * len(TABLE_METRICS)]
         for site in [*sites, "pooled"]:
             cells = [_mean_std([float(r["value"]) for r in mine if r["site"] == site and r["metric"] == metric])
-                     for metric in METRICS]
+                     for metric in TABLE_METRICS]
             lines.append(f"| {site} | " + " | ".join(cells) + " |")
-        gammas = [float(r["value"]) for r in mine if r["metric"] == "gamma"]
-        if gammas:
-            lines.append(f"\ngamma chosen on validation, per seed: {', '.join(f'{g:.2f}' for g in gammas)}")
         lines.append("")
     return lines
 
@@ -113,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=30 dataset=..."')
     parser.add_argument("--out", type=Path, required=True, help="where results.csv and table.md go")
+    parser.add_argument("--gamma-selection", default="per-model", choices=["per-model", "validation", ""],
+                        help="also score FedSM's saved super model with this rule ('' = no)")
     parser.add_argument("--runs", type=Path, default=None, help="run folders (default: runs/<name of --out>)")
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
@@ -129,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
             folder = launch_run(settings, folder_runs, f"study {method} seed {seed}")
         rows += test_rows(folder, Path(dataset).stem, method, seed)
+        if method != "fedsm-extra" and args.gamma_selection:
+            rows += rescore(folder, Path(dataset).stem, method, seed, args.gamma_selection)
         write_results(args.out, rows, f"Command: `python -m experiments.super_model_study {' '.join(argv or sys.argv[1:])}`")
         elapsed = time.monotonic() - started
         print(f"[study] {done + 1}/{len(jobs)} runs done ({elapsed:.0f} s); {folder}", flush=True)
