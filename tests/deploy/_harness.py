@@ -8,6 +8,7 @@ that `Deployment.stop_all` hands to deploy/stop.sh.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -20,6 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+from flwr.proto.fleet_pb2 import RegisterNodeFleetRequest  # pylint: disable=no-name-in-module
+from flwr.supercore.date import now
+from flwr.supercore.primitives.asymmetric import public_key_to_bytes, sign_message
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -124,6 +129,16 @@ def post(address: str, path: str, ca: Path, headers: dict[str, str] | None = Non
         return type(error).__name__
     finally:
         connection.close()
+
+
+def fleet_self_register(address: str, private_key: Path, ca: Path) -> int | str:
+    """POST /v1/fleet/register-node for the key itself, signed the way a SuperNode signs (flwr 1.42 headers)."""
+    key = load_ssh_private_key(private_key.read_bytes(), None)
+    public = public_key_to_bytes(key.public_key())
+    timestamp = now().isoformat()
+    headers = {"flwr-public-key": base64.b64encode(public).decode(), "flwr-timestamp": timestamp,
+               "flwr-signature": base64.b64encode(sign_message(key, timestamp.encode())).decode()}
+    return post(address, "/v1/fleet/register-node", ca, headers, RegisterNodeFleetRequest(public_key=public).SerializeToString())
 
 
 class Deployment:

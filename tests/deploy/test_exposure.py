@@ -22,7 +22,8 @@ import pytest
 from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=no-name-in-module
 from flwr.supercore.auth import create_superexec_auth_metadata, derive_auth_secret
 
-from _harness import PRIVATE_HOST, PUBLIC_HOST, Deployment, free_ports, post, require_tools, write_probe_app
+from _harness import (PRIVATE_HOST, PUBLIC_HOST, Deployment, fleet_self_register, free_ports, post, require_tools,
+                      write_probe_app)
 
 pytestmark = pytest.mark.deployment
 
@@ -125,6 +126,7 @@ def test_behind_the_proxy_a_stranger_is_refused_and_registered_sites_still_conne
     dodges = {path: post(public, path, deployment.cred / "ca.crt") for path in (
         "/v1/fleet/../control/list-runs", "/v1/fleet/%2e%2e/control/list-runs", "/v1/fleet/..%2fcontrol/list-runs",
         "/v1/fleet/get-run?/../../control/list-runs", "/docs", "/v1/runtime/get-nodes")}
+    self_registered = fleet_self_register(public, deployment.cred / "supernode-evil", deployment.cred / "ca.crt")
 
     # Assert: each attempt gets 404 from nginx; the SuperLink port is closed to the public address
     for name in ("register", "list-runs", "list-nodes", "submit"):
@@ -132,6 +134,7 @@ def test_behind_the_proxy_a_stranger_is_refused_and_registered_sites_still_conne
     assert tried["runtime"] == 404
     assert direct_port == "ConnectionRefusedError"
     assert dodges == dict.fromkeys(dodges, 404)
+    assert self_registered == 412  # the one public path: Fleet self-registration, off under SuperNode auth
     (north,) = deployment.registered_nodes(CONNECTION)  # not the stranger's key
     assert json.loads(deployment.run("flwr", "ls", CONNECTION, "--format", "json", operator=True).stdout)["runs"] == []
 
@@ -178,6 +181,8 @@ def test_a_rotated_key_connects_and_a_revoked_key_can_no_longer_connect(deployme
     while Path(f"/proc/{old_pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
     restarted = deployment.start_supernode("north", data, public, node_ports[2], check=False)
+    reregistered = deployment.run("flwr", "supernode", "register", "--name", "north",
+                                  str(deployment.cred / "supernode-north.pub"), CONNECTION, operator=True, check=False)
 
     # Assert: the new key is online, the old one revoked: its running node stopped, and it cannot come back
     assert "is connected" in rotated.stdout, rotated.stdout + rotated.stderr
@@ -187,6 +192,7 @@ def test_a_rotated_key_connects_and_a_revoked_key_can_no_longer_connect(deployme
     assert restarted.returncode != 0, restarted.stdout + restarted.stderr
     log = (tmp_path / "node-north" / "supernode-north.log").read_text()
     assert "Failed to activate SuperNode" in log, log[-3000:]
+    assert reregistered.returncode != 0 and "Public key already in use" in _output(reregistered)
 
 
 def test_the_runtime_api_gives_serverapp_tasks_only_to_the_holder_of_the_superexec_secret(tmp_path):
