@@ -60,10 +60,15 @@ clientapp = "probe_app:client"
 
 [tool.flwr.app.config]
 greeting = "{greeting}"
+query-nodes = 0
+marker = ""
 """
 PROBE_APP_PY = '''\
-"""A Flower app that is not FedSM: its ServerApp prints a line and ends."""
-from flwr.app import Context
+"""A Flower app that is not FedSM: its ServerApp prints a line, and asks `query-nodes` nodes to run its ClientApp."""
+import time
+from pathlib import Path
+
+from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
@@ -74,6 +79,19 @@ client = ClientApp()
 @server.main()
 def main(grid: Grid, context: Context) -> None:
     print("probe-app:", context.run_config["greeting"])
+    wanted = int(context.run_config["query-nodes"])
+    deadline = time.monotonic() + 60
+    while len(nodes := list(grid.get_node_ids())) < wanted and time.monotonic() < deadline:
+        time.sleep(0.5)
+    queries = [Message(RecordDict(), message_type=MessageType.QUERY, dst_node_id=node) for node in nodes[:wanted]]
+    for reply in grid.send_and_receive(queries, timeout=120):
+        print("probe-app reply:", reply.error.reason if reply.has_error() else "ran")
+
+
+@client.query()
+def query(msg: Message, context: Context) -> Message:
+    Path(str(context.run_config["marker"]) + "-" + str(context.node_config["site-name"])).write_text("ran")
+    return Message(RecordDict(), reply_to=msg)
 '''
 
 
@@ -109,7 +127,12 @@ def free_ports(count: int) -> list[int]:
 
 
 def write_probe_app(folder: Path, greeting: str) -> Path:
-    """A tiny Flower app (not FedSM) in ``folder``; its run prints ``probe-app: GREETING``."""
+    """A tiny Flower app (not FedSM) in ``folder``; its run prints ``probe-app: GREETING``.
+
+    With ``--run-config "query-nodes=N marker='/abs/path'"`` its ServerApp sends a query to N
+    nodes, whose ClientApp writes ``/abs/path-SITE`` (SITE: the node config's ``site-name``),
+    and prints ``probe-app reply: ran`` or the node's error for each reply.
+    """
     folder.mkdir(parents=True)
     (folder / "pyproject.toml").write_text(PROBE_APP_TOML.format(greeting=greeting))
     (folder / "probe_app.py").write_text(PROBE_APP_PY)
