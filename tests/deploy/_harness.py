@@ -161,7 +161,8 @@ def fleet_self_register(address: str, private_key: Path, ca: Path) -> int | str:
     timestamp = now().isoformat()
     headers = {"flwr-public-key": base64.b64encode(public).decode(), "flwr-timestamp": timestamp,
                "flwr-signature": base64.b64encode(sign_message(key, timestamp.encode())).decode()}
-    return post(address, "/v1/fleet/register-node", ca, headers, RegisterNodeFleetRequest(public_key=public).SerializeToString())
+    body = RegisterNodeFleetRequest(public_key=public).SerializeToString()
+    return post(address, "/v1/fleet/register-node", ca, headers, body)
 
 
 class Deployment:
@@ -186,7 +187,8 @@ class Deployment:
             full_env["FLWR_HOME"] = str(self.flwr_home if operator else home)
         result = subprocess.run(list(args), cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
         if check:
-            assert result.returncode == 0, f"{args}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+            assert result.returncode == 0, (
+                f"{args}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
         return result
 
     def script(self, name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -57,7 +57,8 @@ def test_trusted_entities_refuse_every_locally_submitted_app_before_it_runs(depl
     signer = tmp_path / "approver"
     deployment.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(signer))
     trusted = tmp_path / "trusted-entities.yaml"
-    trusted.write_text(f"fpk_00000000-0000-0000-0000-000000000001: '{signer.with_suffix('.pub').read_text().strip()}'\n")
+    approver_key = signer.with_suffix(".pub").read_text().strip()
+    trusted.write_text(f"fpk_00000000-0000-0000-0000-000000000001: '{approver_key}'\n")
     south = tmp_path / "node-south"
     deployment.popen(south, "supernode-south", "flower-supernode", "--root-certificates",
                      str(deployment.cred / "ca.crt"), "--superlink", public, "--port", str(south_port),

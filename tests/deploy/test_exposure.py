@@ -86,8 +86,9 @@ def test_todays_recipe_lets_a_stranger_enrol_list_submit_and_reach_the_runtime_a
     deployment.make_credentials("north", "evil")
     (port,) = free_ports(1)
     cred = deployment.cred
-    deployment.popen(deployment.server_state, "superlink", "flower-superlink", "--ssl-ca-certfile", str(cred / "ca.crt"),
-                     "--ssl-certfile", str(cred / "server.crt"), "--ssl-keyfile", str(cred / "server.key"),
+    deployment.popen(deployment.server_state, "superlink", "flower-superlink",
+                     "--ssl-ca-certfile", str(cred / "ca.crt"), "--ssl-certfile", str(cred / "server.crt"),
+                     "--ssl-keyfile", str(cred / "server.key"),
                      "--enable-supernode-auth", "--disable-runtime-dependency-installation",
                      "--host", "0.0.0.0", "--port", str(port))
     _wait_for_port(f"{PRIVATE_HOST}:{port}")
