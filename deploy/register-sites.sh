@@ -4,10 +4,11 @@
 # Usage: deploy/register-sites.sh CRED_DIR CONNECTION_NAME ADDRESS SITE...
 #   CRED_DIR         holds ca.crt and supernode-SITE.pub for every SITE
 #   CONNECTION_NAME  name of the CLI connection, as in `flwr run . CONNECTION_NAME`
-#   ADDRESS          host:port of the SuperLink, e.g. 127.0.0.1:9093
+#   ADDRESS          host:port of the SuperLink for the operator, e.g. 127.0.0.1:9091 (its
+#                    private port: Control is not reachable through deploy/start-proxy.sh)
 # Writes (or updates) [superlink.CONNECTION_NAME] (address, root-certificates) in
 # $FLWR_HOME/config.toml, then runs `flwr supernode register` for each site's key; a key
-# that is already registered is reported and skipped.
+# that is already registered (or was revoked) is reported and skipped.
 # Environment: FLWR_HOME (required: the Flower CLI folder the operator uses, e.g.
 # STATE_DIR/flwr-home; set FLWR_HOME=~/.flwr on purpose to use your own).
 set -euo pipefail
@@ -42,9 +43,10 @@ echo "register-sites: connection '$name' -> $address in $FLWR_HOME/config.toml"
 
 for site in "$@"; do
   if out="$(flwr supernode register --name "$site" "$cred/supernode-$site.pub" "$name" 2>&1)"; then
-    echo "register-sites: registered $site"
+    node="$(grep -o 'SuperNode [0-9]* registered' <<<"$out" | tr -dc '0-9' || true)"
+    echo "register-sites: registered $site (node ${node:-?}; revoke it with: flwr supernode unregister ${node:-NODE_ID} $name)"
   elif grep -qi "already" <<<"$out"; then
-    echo "register-sites: $site is already registered"
+    echo "register-sites: $site's key is already registered, or was revoked (then the site needs a new key pair)"
   else
     echo "register-sites: registering $site failed:" >&2; echo "$out" >&2; exit 1
   fi

@@ -5,7 +5,7 @@
 #   CRED_DIR           holds ca.crt and this site's private key supernode-SITE
 #   SITE               the site's name in the federation spec (node config site-name)
 #   DATA_PATH          this site's data folder (node config data-path); never leaves the site
-#   SUPERLINK_ADDRESS  host:port of the SuperLink, e.g. fl.example.org:9093
+#   SUPERLINK_ADDRESS  host:port of the SuperLink's public door (deploy/start-proxy.sh), e.g. fl.example.org:9093
 #   PORT               a free local port for the SuperNode's own ClientApp API
 #   STATE_DIR          gets supernode-SITE.log and supernode-SITE.pid
 # Waits up to $WAIT_S s (default 30) for the SuperLink to accept the node ("SuperNode ID" in

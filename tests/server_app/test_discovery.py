@@ -1,0 +1,57 @@
+"""Which node is which site: a site is whoever holds a registered key and claims its name.
+
+The SuperLink authenticates keys, not site names, so two registered nodes could both
+claim one site; the run must stop and name both nodes instead of training with either.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flwr.app import MessageType
+
+from _server_fakes import reply
+from client_app import records
+from server_app.discovery import discover_sites
+
+SITES = ("north", "south")
+
+
+class FakeGrid:
+    """A grid whose nodes answer the site query with fixed site indices (None: no answer in time)."""
+
+    def __init__(self, claims: dict[int, int | None]):
+        self.claims = claims  # node id -> the site index it claims
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.claims)
+
+    def send_and_receive(self, messages, timeout):
+        return [reply(msg.metadata.dst_node_id, {records.SITE: _site(self.claims[msg.metadata.dst_node_id])},
+                      MessageType.QUERY) for msg in messages if self.claims[msg.metadata.dst_node_id] is not None]
+
+
+def _site(index: int):
+    return records.to_config({
+        "site-index": index, "site-name": SITES[index], "num-train": 4, "num-val": 1, "num-test": 1,
+        "pixel-count": 16, "pixel-mean": [0.5, 0.5, 0.5], "pixel-var": [0.1, 0.1, 0.1],
+    })
+
+
+def test_each_site_claimed_once_maps_nodes_to_sites():
+    # Execute
+    nodes = discover_sites(FakeGrid({21: 1, 11: 0}), SITES, timeout=1)
+
+    # Assert
+    assert [(node.node_id, node.site_name) for node in nodes] == [(11, "north"), (21, "south")]
+
+
+def test_two_nodes_claiming_one_site_stop_the_run_and_name_both():
+    # Execute / Assert
+    with pytest.raises(RuntimeError, match=r"nodes 11 and 12 both report site 'north'"):
+        discover_sites(FakeGrid({11: 0, 12: 0, 21: 1}), SITES, timeout=1)
+
+
+def test_a_site_nobody_claims_stops_the_run():
+    # Execute / Assert: node 12 is connected but does not answer
+    with pytest.raises(RuntimeError, match=r"no node answered for site\(s\) \['south'\]"):
+        discover_sites(FakeGrid({11: 0, 12: None}), SITES, timeout=1)
