@@ -20,6 +20,7 @@ study rewrites
 For FedSM runs the study also scores the run's saved super model
 (``super_model.pt``) once more with the routing rule of ``--gamma-selection``
 (default: one gamma per personalized model, chosen on the validation split;
+the run's own rule is the config's ``gamma-selection``;
 :func:`experiments.in_process.chosen_gamma`), as rows of method
 ``<method>@<rule>``. gamma plays no part in training, so this is what a run with
 that rule reports, and it lets runs made with an older rule be compared.

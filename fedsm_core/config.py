@@ -80,7 +80,7 @@ class RunConfig:
     knn_capacity: int = 50_000
     knn_pixels_per_image: int = 256
     gamma: float = 0.5
-    gamma_selection: str = "per-model"
+    gamma_selection: str = "validation"
     eval_every: int = 5
     output_dir: str = "runs"
     device: str = "auto"
