@@ -8,7 +8,9 @@
 ``fedsm predict --model FILE --images DIR --out DIR``
     Segment every image of DIR with a super-model bundle or a single model
     (``global_model.pt``, FedBN's ``site_models/<site>.pt``): one mask PNG per
-    image, same size, and ``predictions.csv`` with the model that ran.
+    image, same size, and ``predictions.csv`` with the model that ran. OUT
+    must lie outside the images folder; an OUT with earlier results needs
+    ``--overwrite``.
 
 Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
 bad arguments.
@@ -66,6 +68,17 @@ def check_federation(spec_path: Path) -> list[SiteReport]:
     return reports
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; pass 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the ``fedsm`` command."""
     parser = argparse.ArgumentParser(prog="fedsm", description="FedSM toolkit commands that run without Flower.")
@@ -85,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--out", type=Path, required=True, help="folder for the masks and predictions.csv")
     predict.add_argument("--gamma", type=float, default=None, help="selector threshold (default: the bundle's); super models only")
     predict.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    predict.add_argument("--batch-size", type=int, default=8)
+    predict.add_argument("--batch-size", type=positive_int, default=8, help="images per forward pass (>= 1)")
+    predict.add_argument("--overwrite", action="store_true",
+                         help="replace the results of an earlier run in --out: the masks its predictions.csv "
+                              "lists are removed first")
     return parser
 
 
@@ -96,13 +112,15 @@ def run_predict(args: argparse.Namespace) -> int:
 
     try:
         table, failures = predict_folder(args.model, args.images, args.out, args.gamma,
-                                         select_device(args.device), args.batch_size)
+                                         select_device(args.device), args.batch_size, args.overwrite)
     except (DataError, ValueError, OSError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 1
     for failure in failures:
         print(f"predict: skipped: {failure}", file=sys.stderr)
-    print(f"predict: wrote masks and {table}" + (f"; {len(failures)} image(s) unreadable" if failures else ""))
+    written = sum(1 for _ in table.open()) - 1
+    print(f"predict: wrote {written} mask(s) and {table}"
+          + (f"; {len(failures)} image(s) unreadable" if failures else ""))
     return 1 if failures else 0
 
 

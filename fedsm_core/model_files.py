@@ -68,6 +68,10 @@ def read_model_file(path: str | Path, formats: Sequence[str], kind: str) -> dict
     """
     path = Path(path)
     advice = "pass " + " or ".join(WRITTEN_BY[name] for name in formats)
+    if path.is_dir():
+        inside = sorted(p.relative_to(path).as_posix() for p in path.rglob("*.pt"))[:5]
+        found = f"; it holds {', '.join(inside)}" if inside else "; it holds no .pt file"
+        raise ValueError(f"{kind} '{path}' is a folder, not a model file{found}; {advice}")
     if not path.is_file():
         raise FileNotFoundError(f"{kind} '{path}' does not exist; {advice}")
     try:
