@@ -26,6 +26,8 @@ from fedsm_core.data.doctor import site_folders
 from fedsm_core.data.doctor_report import SiteReport, format_reports
 from fedsm_core.data.federation import load_federation
 from fedsm_core.data.files import DataError
+from fedsm_core.data.load_check import check_site_loads
+from fedsm_core.data.masks import ENCODINGS
 from fedsm_core.data.sources import SOURCES, data_source
 
 
@@ -38,22 +40,22 @@ def looks_like_site(path: Path, source: str) -> bool:
     return (path / "train").is_dir() or (path / "test").is_dir()
 
 
-def check_root(source_name: str, root: Path, options: dict[str, object]) -> list[SiteReport]:
+def check_root(source_name: str, root: Path, options: dict[str, object], seed: int = 0) -> list[SiteReport]:
     """Reports for ROOT as one site, or for each of its site folders."""
     source = data_source(source_name)
-    merged = source.options(options, "check-data")
+    merged = source.options(options, "command-line options")
     folders = [root] if root.is_dir() and looks_like_site(root, source_name) else site_folders(root)
-    return [inspect_site(source_name, folder, merged, folder.name) for folder in folders]
+    return [inspect_site(source_name, folder, merged, folder.name, seed) for folder in folders]
 
 
-def inspect_site(source_name: str, path: Path, options: dict[str, object], name: str) -> SiteReport:
-    """One site's report, judged with the site's own orphan policy."""
+def inspect_site(source_name: str, path: Path, options: dict[str, object], name: str, seed: int = 0) -> SiteReport:
+    """One site's report, judged with the site's own orphan policy, then loaded as training would."""
     report = data_source(source_name).inspect(path, options, name)
     report.orphans_skipped = options.get("on-orphans") == "skip"
-    return report
+    return check_site_loads(report, source_name, path, options, seed)
 
 
-def check_federation(spec_path: Path) -> list[SiteReport]:
+def check_federation(spec_path: Path, seed: int = 0) -> list[SiteReport]:
     """Reports for every site of a federation spec that names a data path."""
     spec = load_federation(spec_path)
     reports = []
@@ -64,7 +66,7 @@ def check_federation(spec_path: Path) -> list[SiteReport]:
                                  "on its own machine with: fedsm check-data SOURCE PATH")
             reports.append(report)
             continue
-        reports.append(inspect_site(site.source, site.path, site.options, site.name))
+        reports.append(inspect_site(site.source, site.path, site.options, site.name, seed))
     return reports
 
 
@@ -87,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("source", nargs="?", choices=sorted(SOURCES), help="layout of the data")
     check.add_argument("root", nargs="?", type=Path, help="a folder of site folders, or one site folder")
     check.add_argument("--federation", type=Path, help="check every site of this federation spec instead")
-    check.add_argument("--mask-encoding", help="mask encoding, if not the layout's default")
+    check.add_argument("--mask-encoding", choices=sorted(ENCODINGS), help="mask encoding, if not the layout's default")
+    check.add_argument("--data-seed", type=int, default=0,
+                       help="the run's data-seed: it decides the train/validation split the counts show")
     check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
                        help="'skip': report orphans without counting them as errors (as training with it would)")
     predict = commands.add_parser("predict", help="segment a folder of images with a run's model file")
@@ -130,12 +134,12 @@ def run_check_data(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         parser.error("check-data needs SOURCE and ROOT, or --federation SPEC.toml")
     try:
         if args.federation is not None:
-            reports = check_federation(args.federation)
+            reports = check_federation(args.federation, args.data_seed)
         else:
             options: dict[str, object] = {"on-orphans": args.on_orphans}
             if args.mask_encoding:
                 options["mask-encoding"] = args.mask_encoding
-            reports = check_root(args.source, args.root, options)
+            reports = check_root(args.source, args.root, options, args.data_seed)
     except (DataError, ValueError) as error:
         print(f"check-data: {error}", file=sys.stderr)
         return 1

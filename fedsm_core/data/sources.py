@@ -110,7 +110,12 @@ def _drishti() -> Source:
     def inspect(path: Path, o: Options, name: str) -> SiteReport:
         from fedsm_core.data.doctor import inspect_png_site
 
-        return inspect_png_site(path, "fundus-dofe", "dofe-fundus", name)
+        report = inspect_png_site(path, "fundus-dofe", "dofe-fundus", name)
+        report.source = "drishti-shifted"
+        # The folder is shared by the six sites: its counts are not this site's (the loader check adds those).
+        for split in report.splits:
+            split.split = f"whole folder, {split.split} (shared by all six sites)"
+        return report
 
     return Source("drishti-shifted", {"mask-encoding": "dofe-fundus", "part": 1}, load, inspect)
 
