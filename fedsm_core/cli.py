@@ -12,6 +12,11 @@
     must lie outside the images folder; an OUT with earlier results needs
     ``--overwrite``.
 
+``fedsm check-config [--run-config "k=v ..."] [--num-supernodes N]``
+    Check a run's settings (the app's pyproject.toml defaults with the
+    overrides) before ``flwr run``: the number of sites, softpull-lambda
+    against 1/K, data folders, the held-out site (:mod:`fedsm_core.preflight`).
+
 Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
 bad arguments.
 """
@@ -106,7 +111,39 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--overwrite", action="store_true",
                          help="replace the results of an earlier run in --out: the masks its predictions.csv "
                               "lists are removed first")
+    config = commands.add_parser("check-config", help="check a run's settings before flwr run starts anything")
+    config.add_argument("--run-config", default="", help="overrides as for flwr run --run-config, e.g. \"lr=0.01\"")
+    config.add_argument("--app", type=Path, default=Path("."), help="the app's folder (its pyproject.toml)")
+    config.add_argument("--num-supernodes", type=positive_int, default=None,
+                        help="simulated SuperNodes the run will have; checked against the number of sites")
+    config.add_argument("--simulation", action="store_true",
+                        help="every site of a federation spec must name its data folder (nodes load it)")
+    config.add_argument("--print-num-sites", action="store_true",
+                        help="on success print only the number of sites (for scripts)")
     return parser
+
+
+def run_check_config(args: argparse.Namespace) -> int:
+    """``fedsm check-config``: 0 when the settings can work, 1 with one line per problem."""
+    from fedsm_core.preflight import app_defaults, check_run, parse_run_config_overrides
+
+    try:
+        values = {**app_defaults(args.app), **parse_run_config_overrides(args.run_config)}
+    except ValueError as error:
+        print(f"check-config: {error}", file=sys.stderr)
+        return 1
+    result = check_run(values, args.num_supernodes, require_paths=args.simulation)
+    if not result.ok:
+        print("check-config: the run's settings cannot work:", file=sys.stderr)
+        for problem in result.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    if args.print_num_sites:
+        print(len(result.site_names))
+    else:
+        print(f"check-config: OK: {len(result.site_names)} sites {list(result.site_names)}, "
+              f"strategy {values.get('strategy', 'fedsm')}, dataset {values.get('dataset', 'synthetic-fundus')}")
+    return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -155,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_check_data(args, parser)
     if args.command == "predict":
         return run_predict(args)
+    if args.command == "check-config":
+        return run_check_config(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
