@@ -8,7 +8,7 @@ import torch
 
 from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel, routed_scores
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.metrics import DiceAccumulator, dice_per_image
+from fedsm_core.metrics import ImageScores, dice_per_image, has_foreground, predicts_foreground, split_scores
 from fedsm_core.training.batches import iterate_batches
 
 
@@ -44,17 +44,20 @@ def evaluate_super_model(
         (fraction of images the selector sent to the global model), ``num-images``,
         ``gamma`` (the threshold used; not for a selector with a global output);
         for a training site also ``dice-personal`` and ``selector-accuracy``
-        (argmax equals the site, regardless of gamma).
+        (argmax equals the site, regardless of gamma). Dice means run over
+        images with foreground; ``num-empty`` counts the others and
+        ``empty-fp-<model>`` is the share of them where the model predicted
+        foreground (:mod:`fedsm_core.metrics`). The gamma sweep scores every image.
     """
     scores = _per_image_scores(super_model.eval().to(device), site_index, data, batch_size, device)
     metrics: dict[str, float | list[float]] = {
-        "dice-global": float(scores["global"].mean()),
-        "dice-super": float(scores["super"].mean()),
+        **split_scores(scores["global"], scores["global-any"], scores["foreground"], "dice-global"),
+        **split_scores(scores["super"], scores["super-any"], scores["foreground"], "dice-super"),
         "share-global": float((scores["super-route"] == GLOBAL_ROUTE).double().mean()),
         "num-images": float(len(data.images)),
     }
     if site_index is not None:
-        metrics["dice-personal"] = float(scores["personal"].mean())
+        metrics.update(split_scores(scores["personal"], scores["personal-any"], scores["foreground"], "dice-personal"))
         metrics["selector-accuracy"] = float((scores["site"] == site_index).double().mean())
     if not super_model.selector_includes_global:
         metrics["gamma"] = float(super_model.gamma)
@@ -70,28 +73,38 @@ def _per_image_scores(
     super_model: SuperModel, site_index: int | None, data: SegArrays, batch_size: int, device: torch.device | str
 ) -> dict[str, torch.Tensor]:
     """Selector confidence and argmax, and Dice of the global, argmax-routed and own model, per image."""
-    keys = ("confidence", "site", "global", "routed", "personal", "super", "super-route")
+    keys = ("confidence", "site", "global", "routed", "personal", "super", "super-route", "foreground",
+            "global-any", "routed-any", "super-any", "personal-any")
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
         images, masks = images.to(device), masks.to(device)
         probs = torch.softmax(super_model.selector(images), dim=1)
         routes = super_model.routes(probs)
-        global_dice = dice_per_image(super_model.global_model(images), masks)
+        global_logits = super_model.global_model(images)
+        global_dice, global_any = dice_per_image(global_logits, masks), predicts_foreground(global_logits)
         # The most likely site's model, whatever gamma: the candidate of Algorithm 2.
         site = routes if super_model.selector_includes_global else probs.argmax(dim=1)
-        routed = global_dice.clone()
+        routed, routed_any = global_dice.clone(), global_any.clone()
         for index in site.unique().tolist():
             chosen = site == index
             if index != GLOBAL_ROUTE:
-                routed[chosen] = dice_per_image(super_model.personalized[index](images[chosen]), masks[chosen])
+                logits = super_model.personalized[index](images[chosen])
+                routed[chosen], routed_any[chosen] = dice_per_image(logits, masks[chosen]), predicts_foreground(logits)
+        to_global = routes == GLOBAL_ROUTE
         parts["confidence"].append(probs.max(dim=1).values)
         parts["site"].append(site)
         parts["global"].append(global_dice)
         parts["routed"].append(routed)
-        parts["super"].append(torch.where(routes == GLOBAL_ROUTE, global_dice, routed))
+        parts["super"].append(torch.where(to_global, global_dice, routed))
         parts["super-route"].append(routes)
+        parts["foreground"].append(has_foreground(masks))
+        parts["global-any"].append(global_any)
+        parts["routed-any"].append(routed_any)
+        parts["super-any"].append(torch.where(to_global, global_any, routed_any))
         if site_index is not None:
-            parts["personal"].append(dice_per_image(super_model.personalized[site_index](images), masks))
+            logits = super_model.personalized[site_index](images)
+            parts["personal"].append(dice_per_image(logits, masks))
+            parts["personal-any"].append(predicts_foreground(logits))
     return {key: torch.cat(values).cpu() for key, values in parts.items() if values}
 
 
@@ -108,10 +121,12 @@ def evaluate_model(
     Returns
     -------
     dict[str, float]
-        ``{name: mean Dice, "num-images": N}``.
+        ``{name: mean Dice over images with foreground, "num-images": N, "num-empty": E}``
+        and, when ``E > 0``, the empty images' false-positive rate
+        (``empty-fp-global`` for ``name = "dice-global"``).
     """
     model.eval().to(device)
-    scores = DiceAccumulator()
+    scores = ImageScores()
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        scores.add(dice_per_image(model(images.to(device)), masks.to(device)))
-    return {name: scores.mean(), "num-images": float(len(data.images))}
+        scores.add(model(images.to(device)), masks.to(device))
+    return {**scores.result(name), "num-images": float(len(data.images))}

@@ -94,7 +94,7 @@ def test_scaffold_runs_through_the_same_app_and_saves_the_global_model(tmp_path)
     # Assert
     folder, rows = _finished_run(tmp_path, result)
     assert "SCAFFOLD" in result.stdout
-    assert {r["metric"] for r in rows} == {"dice-global", "num-images"}
+    assert {r["metric"] for r in rows} == {"dice-global", "num-images", "num-empty"}
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
     assert "missed" not in (folder / "summary.md").read_text()

@@ -212,7 +212,7 @@ def test_fedavg_client_returns_only_the_model_and_evaluates_the_global_model():
     # Assert
     assert set(reply.content.keys()) == {records.GLOBAL, records.METRICS}
     metrics = evaluation.content[records.METRICS]
-    assert set(metrics.keys()) == {"dice-global", "num-images"}
+    assert set(metrics.keys()) == {"dice-global", "num-images", "num-empty"}
     assert 0.0 <= metrics["dice-global"] <= 1.0
 
 
