@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("root", nargs="?", type=Path, help="a folder of site folders, or one site folder")
     check.add_argument("--federation", type=Path, help="check every site of this federation spec instead")
     check.add_argument("--mask-encoding", choices=sorted(ENCODINGS), help="mask encoding, if not the layout's default")
+    check.add_argument("--case-pattern", help="regular expression whose first group is a file's case (patient), "
+                                              "if not the layout's default (fedsm_core.data.cases)")
     check.add_argument("--data-seed", type=int, default=0,
                        help="the run's data-seed: it decides the train/validation split the counts show")
     check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
@@ -176,6 +178,8 @@ def run_check_data(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             options: dict[str, object] = {"on-orphans": args.on_orphans}
             if args.mask_encoding:
                 options["mask-encoding"] = args.mask_encoding
+            if args.case_pattern:
+                options["case-pattern"] = args.case_pattern
             reports = check_root(args.source, args.root, options, args.data_seed)
     except (DataError, ValueError) as error:
         print(f"check-data: {error}", file=sys.stderr)
