@@ -69,6 +69,9 @@ def main(grid: Grid, context: Context) -> None:
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)
         notes.append(f"round {server_round}: {site} missed ({why})")
+    for site, why in strategy.evaluation_gaps.get("test", {}).items():
+        log(WARNING, "%s has no test result (%s)", site, why)
+        notes.append(f"no test result for {site}: {why}")
     write_summary(
         folder / SUMMARY_FILE,
         f"{strategy.name} on {config.dataset}, {strategy.num_rounds} rounds",

@@ -51,6 +51,10 @@ class SiteStrategy(Strategy):
         self.num_rounds = num_rounds
         self.on_evaluate = on_evaluate
         self.missed: list[tuple[int, str, str]] = []
+        # Message id -> site it was sent to: the SuperLink answers for an unreachable node with an
+        # error reply of its own (src node = the SuperLink), which only its reply-to id ties to a site.
+        self.site_of_message: dict[str, str] = {}
+        self.evaluation_gaps: dict[str, dict[str, str]] = {}  # split -> site -> why it has no result
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.min_replies = 1
         self.amplitude: AmplitudeSchedule | None = None  # set for runs with amplitude normalization
@@ -91,6 +95,7 @@ class SiteStrategy(Strategy):
         self.traffic.add_messages(server_round, stage, SENT, messages, self.site_of_node)  # before they leave
         with self.traffic.timed(server_round, stage):
             replies = list(grid.send_and_receive(messages, timeout=timeout))
+        self.remember_destinations(messages)
         self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of_node)
         return replies
 
@@ -132,9 +137,24 @@ class SiteStrategy(Strategy):
         log(INFO, "%s: %d sites %s, evaluation every %d round(s)", self.name, len(self.nodes),
             [n.site_name for n in self.nodes], self.eval_every)
 
+    def remember_destinations(self, messages: Iterable[Message]) -> None:
+        """Note the site of every sent message, by the id the grid gave it when pushing."""
+        self.site_of_message = {message.metadata.message_id: self.site_of_node[message.metadata.dst_node_id]
+                                for message in messages
+                                if message.metadata.message_id and message.metadata.dst_node_id in self.site_of_node}
+
     def site_of(self, reply: Message) -> str:
-        """The site name of the node that sent ``reply``."""
+        """The site whose message ``reply`` answers (also when the SuperLink answered for it)."""
+        site = self.site_of_message.get(reply.metadata.reply_to_message_id)
+        if site is not None:
+            return site
         return self.site_of_node.get(reply.metadata.src_node_id, f"node {reply.metadata.src_node_id}")
+
+    def error_reason(self, reply: Message) -> str:
+        """Why an error reply carries no result: the site's own error, or the SuperLink's word that it is gone."""
+        if reply.metadata.src_node_id in self.site_of_node:
+            return f"client error: {reply.error.reason}"
+        return f"unreachable, the SuperLink answered for it: {reply.error.reason}"
 
     def reject(self, server_round: int, site: str, reason: str) -> None:
         """Log a rejected reply and remember that the site missed the round."""
@@ -150,7 +170,7 @@ class SiteStrategy(Strategy):
         moments, empty before their first round); the values must still be finite.
         """
         if reply.has_error():
-            self.reject(server_round, site, f"client error: {reply.error.reason}")
+            self.reject(server_round, site, self.error_reason(reply))
             return None
         try:
             decoded = {key: records.from_record(reply.content[key]) for key in expected}
@@ -226,15 +246,20 @@ class SiteStrategy(Strategy):
         """Per-site metrics of an evaluation round, passed to ``on_evaluate``; pooled values returned."""
         per_site: dict[str, dict[str, float]] = {}
         lists: dict[str, dict[str, list[float]]] = {}
+        gaps: dict[str, str] = {}
         for reply in replies:
             site = self.site_of(reply)
             if reply.has_error():
-                log(WARNING, "round %d: %s evaluation of %s failed: %s", server_round, split, site, reply.error.reason)
+                gaps[site] = self.error_reason(reply)
+                log(WARNING, "round %d: %s evaluation of %s failed (%s)", server_round, split, site, gaps[site])
                 continue
             metrics = reply.content[records.METRICS]
             per_site[site] = {k: float(v) for k, v in metrics.items() if not isinstance(v, list)}
             lists[site] = {k: [float(x) for x in v] for k, v in metrics.items() if isinstance(v, list)}
         self.latest_lists[split] = lists
+        gaps.update({node.site_name: "no reply" for node in self.nodes
+                     if node.site_name not in per_site and node.site_name not in gaps})
+        self.evaluation_gaps[split] = gaps
         if not per_site:
             return None
         if split == "val":
