@@ -16,6 +16,7 @@ of the ``H/S x W/S`` blocks of an enlarged label map.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -60,7 +61,8 @@ def letterbox_for(height: int, width: int, size: int) -> Letterbox:
                      inner_height, inner_width)
 
 
-def letterbox_image(image: np.ndarray, box: Letterbox, normalize) -> np.ndarray:
+def letterbox_image(image: np.ndarray, box: Letterbox,
+                    normalize: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """``[H, W]`` or ``[H, W, C]`` image data into a ``[size, size(, C)]`` float32 square.
 
     Parameters

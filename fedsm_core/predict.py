@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.bundle import bundle_from_payload
