@@ -5,6 +5,8 @@
     it is one site), e.g. ``fedsm check-data prostate-slices data/ProstateSlice``.
 ``fedsm check-data --federation SPEC.toml``
     The data doctor on every site of a federation spec.
+``fedsm check-data --dataset synthetic-fundus [--data-scale 0.5]``
+    Each generated site's split sizes.
 ``fedsm predict --model FILE --images DIR --out DIR``
     Segment every image of DIR with a super-model bundle or a single model
     (``global_model.pt``, FedBN's ``site_models/<site>.pt``): one mask PNG per
@@ -31,7 +33,7 @@ from fedsm_core.data.doctor import site_folders
 from fedsm_core.data.doctor_report import SiteReport, format_reports
 from fedsm_core.data.federation import load_federation
 from fedsm_core.data.files import DataError
-from fedsm_core.data.load_check import check_site_loads
+from fedsm_core.data.load_check import check_generated_dataset, check_site_loads
 from fedsm_core.data.masks import ENCODINGS
 from fedsm_core.data.sources import SOURCES, data_source
 
@@ -94,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("source", nargs="?", choices=sorted(SOURCES), help="layout of the data")
     check.add_argument("root", nargs="?", type=Path, help="a folder of site folders, or one site folder")
     check.add_argument("--federation", type=Path, help="check every site of this federation spec instead")
+    check.add_argument("--dataset", help="report the sites of a generated dataset (e.g. synthetic-fundus) instead")
+    check.add_argument("--data-scale", type=float, default=0.5, help="the run's data-scale (generated datasets)")
     check.add_argument("--mask-encoding", choices=sorted(ENCODINGS), help="mask encoding, if not the layout's default")
     check.add_argument("--case-pattern", help="regular expression whose first group is a file's case (patient), "
                                               "if not the layout's default (fedsm_core.data.cases)")
@@ -169,10 +173,12 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_check_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``fedsm check-data``: print the reports; 1 if any site has errors."""
-    if args.federation is None and (args.source is None or args.root is None):
-        parser.error("check-data needs SOURCE and ROOT, or --federation SPEC.toml")
+    if args.federation is None and args.dataset is None and (args.source is None or args.root is None):
+        parser.error("check-data needs SOURCE and ROOT, --federation SPEC.toml or --dataset NAME")
     try:
-        if args.federation is not None:
+        if args.dataset is not None:
+            reports = check_generated_dataset(args.dataset, args.data_scale, args.data_seed)
+        elif args.federation is not None:
             reports = check_federation(args.federation, args.data_seed)
         else:
             options: dict[str, object] = {"on-orphans": args.on_orphans}

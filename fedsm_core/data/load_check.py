@@ -21,6 +21,7 @@ from fedsm_core.data.files import DataError
 from fedsm_core.data.sources import Options, data_source
 
 LOAD_CHECK_SIZE = 16  # pixels; the smallest size every source accepts is 8
+GENERATED_CHECK_SIZE = 32  # pixels; the smallest image-size a run accepts
 
 
 def case_of_id(example_id: str) -> str:
@@ -65,3 +66,31 @@ def check_site_loads(report: SiteReport, source_name: str, path: Path, options: 
         return report
     report.loaded, report.cases = split_counts(site)
     return report
+
+
+def check_generated_dataset(name: str, scale: float, seed: int) -> list[SiteReport]:
+    """One report per site of a generated dataset (``synthetic-fundus``, ...): what each split holds.
+
+    Parameters
+    ----------
+    name : str
+        The run config's ``dataset`` (a generated one; a spec goes to ``--federation``).
+    scale, seed : float, int
+        The run's ``data-scale`` and ``data-seed``: they decide the site sizes.
+    """
+    from fedsm_core.data.registry import dataset_info, require_every_split
+
+    if name.endswith(".toml"):
+        raise ValueError(f"--dataset {name} is a federation spec; check it with --federation {name}")
+    info = dataset_info(name)
+    reports = []
+    for index, site_name in enumerate(info.site_names):
+        report = SiteReport(site_name, f"generated (data-scale {scale}, data-seed {seed})", name)
+        try:
+            site = require_every_split(info.load_site(index, GENERATED_CHECK_SIZE, scale, seed), f"'{name}'")
+        except (DataError, ValueError) as error:
+            report.errors.append(f"training would not load this site: {error}")
+        else:
+            report.loaded, report.cases = split_counts(site)
+        reports.append(report)
+    return reports

@@ -127,3 +127,15 @@ def test_the_doctor_still_reports_file_errors_without_loading(tmp_path, capsys):
     assert status == 1
     assert "zz.png (image without mask)" in out
     assert "training would not load" not in out   # the loader would only repeat the orphan
+
+
+def test_generated_sites_report_their_own_split_sizes(capsys):
+    # synthetic-fundus at data-scale 0.5: site-1 has 50 * 0.5 = 25 images (13 / 6 / 6), site-6 400 * 0.5 = 200
+    status, out, _ = check(capsys, "--dataset", "synthetic-fundus", "--data-scale", "0.5")
+
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0] == "site site-1 (synthetic-fundus) at generated (data-scale 0.5, data-seed 0): OK"
+    assert lines[1] == "  training loads: train 13, val 6, test 6 images; cases: train 13, val 6, test 6"
+    assert "training loads: train 100, val 50, test 50 images" in lines[11]
+    assert lines[-1] == "6 site(s) checked; no errors"
