@@ -14,7 +14,7 @@
     must lie outside the images folder; an OUT with earlier results needs
     ``--overwrite``.
 
-``fedsm check-config [--run-config "k=v ..."] [--num-supernodes N]``
+``fedsm check-config [--run-config "k=v ..."]``
     Check a run's settings (the app's pyproject.toml defaults with the
     overrides) before ``flwr run``: the number of sites, softpull-lambda
     against 1/K, data folders, the held-out site (:mod:`fedsm_core.preflight`).
@@ -120,8 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser("check-config", help="check a run's settings before flwr run starts anything")
     config.add_argument("--run-config", default="", help="overrides as for flwr run --run-config, e.g. \"lr=0.01\"")
     config.add_argument("--app", type=Path, default=Path("."), help="the app's folder (its pyproject.toml)")
-    config.add_argument("--num-supernodes", type=positive_int, default=None,
-                        help="simulated SuperNodes the run will have; checked against the number of sites")
     config.add_argument("--simulation", action="store_true",
                         help="every site of a federation spec must name its data folder (nodes load it)")
     config.add_argument("--print-num-sites", action="store_true",
@@ -138,7 +136,7 @@ def run_check_config(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"check-config: {error}", file=sys.stderr)
         return 1
-    result = check_run(values, args.num_supernodes, require_paths=args.simulation)
+    result = check_run(values, require_paths=args.simulation)
     if not result.ok:
         print("check-config: the run's settings cannot work:", file=sys.stderr)
         for problem in result.problems:

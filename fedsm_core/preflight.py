@@ -14,8 +14,10 @@ site, a data folder that does not exist) used to fail only then.
 - every site of a federation spec has a data folder that exists (in
   simulation each node loads the spec's ``path``; in deployment a SuperNode
   may name its own, so a missing ``path`` is then no error);
-- ``resume-from`` names an existing file and ``output-dir`` is not a file;
-- in simulation, the number of SuperNodes equals ``K`` (one node per site).
+- ``resume-from`` names an existing file and ``output-dir`` is not a file.
+
+Any number of simulated SuperNodes serves the K sites
+(:mod:`server_app.site_assignment`), so their number is not checked.
 
 ``fedsm check-config`` prints the result; ``scripts/run-simulation.sh`` calls it
 before ``flwr run`` and the ServerApp runs the same checks before it creates
@@ -102,7 +104,7 @@ def _data_problems(config: RunConfig, require_paths: bool) -> list[str]:
     return problems
 
 
-def _site_problems(config: RunConfig, num_sites: int, num_supernodes: int | None) -> list[str]:
+def _site_problems(config: RunConfig, num_sites: int) -> list[str]:
     problems = []
     if config.strategy in SOFTPULL_STRATEGIES and config.personalization == "softpull":
         try:
@@ -112,10 +114,6 @@ def _site_problems(config: RunConfig, num_sites: int, num_supernodes: int | None
     if config.min_replies > num_sites:
         problems.append(f"min-replies = {config.min_replies} is more than the {num_sites} sites of the run; "
                         f"set it to {num_sites} or less")
-    if num_supernodes is not None and num_supernodes != num_sites:
-        problems.append(f"{num_supernodes} simulated SuperNodes for {num_sites} sites; the simulation needs one "
-                        f"node per site: pass --federation-config \"num-supernodes={num_sites}\" "
-                        f"(scripts/run-simulation.sh: NUM_SUPERNODES={num_sites})")
     return problems
 
 
@@ -130,16 +128,13 @@ def _file_problems(config: RunConfig) -> list[str]:
     return problems
 
 
-def check_run(values: Mapping[str, Any] | RunConfig, num_supernodes: int | None = None,
-              require_paths: bool = False) -> RunCheck:
+def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False) -> RunCheck:
     """Every problem of a run's settings that can be found without nodes.
 
     Parameters
     ----------
     values : mapping or RunConfig
         The run config (kebab-case keys, as ``flwr run`` passes it) or a parsed one.
-    num_supernodes : int, optional
-        Simulated SuperNodes of the run; checked against the number of sites.
     require_paths : bool
         Whether every site of a federation spec must name its data folder
         (simulation); in deployment SuperNodes may name their own.
@@ -154,7 +149,7 @@ def check_run(values: Mapping[str, Any] | RunConfig, num_supernodes: int | None 
         problems += _data_problems(config, require_paths)
     except (OSError, ValueError) as error:
         return RunCheck((), (*problems, str(error)))
-    problems += _site_problems(config, info.num_sites, num_supernodes)
+    problems += _site_problems(config, info.num_sites)
     return RunCheck(info.site_names, tuple(problems))
 
 

@@ -7,7 +7,8 @@
 # Environment:
 #   FLWR_HOME        Flower's state folder (default: .flwr-home in the project)
 #   FEDSM_RUNS       where run folders go (default: runs/ in the project)
-#   NUM_SUPERNODES   simulated sites (default: the number of sites of the run's dataset)
+#   NUM_SUPERNODES   simulated SuperNodes (default: one per site of the run's dataset); any number
+#                    works: with fewer, a node serves several sites
 #   RAY_CPUS         CPUs Ray may use (default: 2)
 #   CLIENT_CPUS      CPUs per simulated client (default: 1); RAY_CPUS / CLIENT_CPUS clients
 #                    train at once, each a worker process of ~2 GB at 128 px
@@ -29,7 +30,7 @@ overrides="${1:-}"
 
 # Check the settings before anything starts; its answer is the number of sites.
 if ! sites="$(python -m fedsm_core.cli check-config --app . --simulation --print-num-sites \
-    ${NUM_SUPERNODES:+--num-supernodes "$NUM_SUPERNODES"} --run-config "output-dir='$runs' $overrides")"; then
+    --run-config "output-dir='$runs' $overrides")"; then
   echo "run-simulation: fix the settings above; nothing was started" >&2
   exit 2
 fi

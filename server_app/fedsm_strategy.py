@@ -81,7 +81,7 @@ class FedSMStrategy(SiteStrategy):
             records.CONFIG: records.to_config({"server-round": server_round}),
         }
         contents = {
-            node.node_id: RecordDict(
+            node.site_name: RecordDict(
                 {**shared, records.PERSONAL: records.to_record(self.fedsm.personalized[node.site_name])}
             )
             for node in self.nodes
@@ -145,7 +145,7 @@ class FedSMStrategy(SiteStrategy):
             records.SELECTOR: records.to_record(self.fedsm.selector_weights),
             records.CONFIG: records.to_config({records.ASK: records.SELECTOR_STATISTICS}),
         })
-        messages = self.messages({node.node_id: content for node in self.nodes}, MessageType.QUERY)
+        messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
         statistics: dict[str, SelectorStatistics] = {}
         for reply in self.exchange(grid, messages, timeout, server_round, stage="selector-head"):
             site = self.site_of(reply)

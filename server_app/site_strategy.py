@@ -21,6 +21,11 @@ from server_app.traffic import RECEIVED, SENT, TrafficLog
 EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
 
 
+def routed_site(message: Message) -> str:
+    """The site a message the server sends is for (its ``route`` record)."""
+    return str(message.content[records.ROUTE]["site-name"])
+
+
 class SiteStrategy(Strategy):
     """Base of the strategies: one node per site, validated replies, federated evaluation.
 
@@ -46,7 +51,10 @@ class SiteStrategy(Strategy):
 
     def __init__(self, nodes: Sequence[SiteNode], eval_every: int, num_rounds: int, on_evaluate: EvaluationSink) -> None:
         self.nodes = list(nodes)
-        self.site_of_node = {node.node_id: node.site_name for node in nodes}
+        self.node_of_site = {node.site_name: node.node_id for node in nodes}
+        # Only a node that serves one site names it by itself; a simulated node may serve several.
+        served = [node.node_id for node in nodes]
+        self.site_of_node = {node.node_id: node.site_name for node in nodes if served.count(node.node_id) == 1}
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.on_evaluate = on_evaluate
@@ -92,11 +100,11 @@ class SiteStrategy(Strategy):
         if not messages:
             return []
         stage = stage or messages[0].metadata.message_type
-        self.traffic.add_messages(server_round, stage, SENT, messages, self.site_of_node)  # before they leave
+        self.traffic.add_messages(server_round, stage, SENT, messages, routed_site)  # before they leave
         with self.traffic.timed(server_round, stage):
             replies = list(grid.send_and_receive(messages, timeout=timeout))
         self.remember_destinations(messages)
-        self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of_node)
+        self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of)
         return replies
 
     def require_replies(self, server_round: int, accepted: int) -> None:
@@ -139,9 +147,8 @@ class SiteStrategy(Strategy):
 
     def remember_destinations(self, messages: Iterable[Message]) -> None:
         """Note the site of every sent message, by the id the grid gave it when pushing."""
-        self.site_of_message = {message.metadata.message_id: self.site_of_node[message.metadata.dst_node_id]
-                                for message in messages
-                                if message.metadata.message_id and message.metadata.dst_node_id in self.site_of_node}
+        self.site_of_message = {message.metadata.message_id: routed_site(message)
+                                for message in messages if message.metadata.message_id}
 
     def site_of(self, reply: Message) -> str:
         """The site whose message ``reply`` answers (also when the SuperLink answered for it)."""
@@ -206,9 +213,11 @@ class SiteStrategy(Strategy):
             if node.site_name not in answered:
                 self.missed.append((server_round, node.site_name, "no reply"))
 
-    def messages(self, contents: dict[int, RecordDict], message_type: str) -> list[Message]:
-        """One message per node id."""
-        return [Message(content, message_type=message_type, dst_node_id=node) for node, content in contents.items()]
+    def messages(self, contents: dict[str, RecordDict], message_type: str) -> list[Message]:
+        """One message per site (name -> content), to the site's node and naming the site."""
+        return [Message(RecordDict({**content, records.ROUTE: records.to_config({"site-name": site})}),
+                        message_type=message_type, dst_node_id=self.node_of_site[site])
+                for site, content in contents.items()]
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -232,7 +241,7 @@ class SiteStrategy(Strategy):
     def evaluation_messages(self, split: str) -> list[Message]:
         """Messages that evaluate the current models on ``split`` at every site."""
         content = self.evaluation_content(split)
-        return self.messages({node.node_id: content for node in self.nodes}, MessageType.EVALUATE)
+        return self.messages({node.site_name: content for node in self.nodes}, MessageType.EVALUATE)
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The records an evaluation message carries; subclasses define it."""
