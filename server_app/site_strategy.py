@@ -105,7 +105,17 @@ class SiteStrategy(Strategy):
             replies = list(grid.send_and_receive(messages, timeout=timeout))
         self.remember_destinations(messages)
         self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of)
-        return replies
+        return self.in_site_order(replies)
+
+    def in_site_order(self, replies: list[Message]) -> list[Message]:
+        """``replies`` sorted by their site's position in the federation, whatever order they arrived in.
+
+        Aggregation sums the replies in this order; floating-point sums depend on
+        it, so a fixed order makes a run reproducible bit for bit (a resumed run,
+        or a simulation with another number of nodes, ends with the same weights).
+        """
+        position = {node.site_name: index for index, node in enumerate(self.nodes)}
+        return sorted(replies, key=lambda reply: position.get(self.site_of(reply), len(position)))
 
     def require_replies(self, server_round: int, accepted: int) -> None:
         """Stop the run when fewer than ``min_replies`` valid replies came in this round.

@@ -59,3 +59,18 @@ def test_a_round_with_two_sites_on_one_node_keeps_them_apart():
     [(_, _, per_site)] = evaluations.calls
     assert {site: m["dice"] for site, m in per_site.items()} == DICE
     assert {row["site"] for row in strategy.traffic.rows} == {"site-a", "site-b", "site-c"}
+
+
+class ReversedGrid(SharedNodeGrid):
+    """Replies arrive in the reverse order of the messages."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return list(reversed(super().send_and_receive(messages, timeout=timeout)))
+
+
+def test_replies_are_aggregated_in_site_order_whatever_order_they_arrive_in():
+    strategy = FedAvgStrategy(w(0.0), SHARED, 1, 1, EvaluationLog())
+
+    replies = strategy.exchange(ReversedGrid(), strategy.configure_train(1, None, None, None), 5.0, 1)
+
+    assert [strategy.site_of(r) for r in replies] == ["site-a", "site-b", "site-c"]
