@@ -14,7 +14,8 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app import records
-from client_app.site import node_data_paths, resolve_site_index
+from client_app.site import node_data_paths, node_identity, site_of_message
+from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
 from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
@@ -35,11 +36,13 @@ from fedsm_core.models.weights import set_weights
 app = ClientApp()
 
 
-def _setup(context: Context) -> tuple[RunConfig, DatasetInfo, int, torch.device]:
+def _setup(msg: Message, context: Context) -> tuple[RunConfig, DatasetInfo, int, torch.device]:
     config = RunConfig.from_mapping(context.run_config)
     set_cpu_threads(config.torch_threads)
     info = training_dataset(config.dataset, config.held_out_site, node_data_paths(context.node_config))
-    return config, info, resolve_site_index(context.node_config, info.site_names), select_device(config.device)
+    route = msg.content[records.ROUTE] if records.ROUTE in msg.content else None
+    site_index = site_of_message(route, context.node_config, info.site_names)
+    return config, info, site_index, select_device(config.device)
 
 
 def _load_site(config: RunConfig, context: Context, site_index: int) -> SiteSplits:
@@ -62,14 +65,19 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Which site this node is (no request), or the embedding statistics of a selector it is sent."""
+    """Who this node is (``ask = node``), a site's data size and pixel statistics (``ask = site``, the
+    default), or the embedding statistics of a selector it is sent (``ask = selector-statistics``)."""
     asked = str(msg.content[records.CONFIG].get(records.ASK, records.ASK_SITE)) if records.CONFIG in msg.content \
         else records.ASK_SITE
+    if asked == records.ASK_NODE:
+        return Message(RecordDict({records.NODE: records.to_config(node_identity(context.node_config))}),
+                       reply_to=msg)
     if asked == records.SELECTOR_STATISTICS:
-        return Message(selector_statistics_reply(msg.content, context), reply_to=msg)
+        return Message(selector_statistics_reply(msg, context), reply_to=msg)
     if asked != records.ASK_SITE:
-        raise ValueError(f"query: unknown ask '{asked}'; expected '{records.ASK_SITE}' or '{records.SELECTOR_STATISTICS}'")
-    config, info, site_index, _ = _setup(context)
+        raise ValueError(f"query: unknown ask '{asked}'; expected '{records.ASK_NODE}', '{records.ASK_SITE}' or "
+                         f"'{records.SELECTOR_STATISTICS}'")
+    config, info, site_index, _ = _setup(msg, context)
     site = _load_site(config, context, site_index)
     pixels = channel_statistics(site.train.images)
     reply = records.to_config(
@@ -87,9 +95,10 @@ def query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({records.SITE: reply}), reply_to=msg)
 
 
-def selector_statistics_reply(content: RecordDict, context: Context) -> RecordDict:
+def selector_statistics_reply(msg: Message, context: Context) -> RecordDict:
     """Sums of the received selector's embeddings of the training split, for fitting its head on the server."""
-    config, info, site_index, device = _setup(context)
+    content = msg.content
+    config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
     selector = _spec(config, info).build_selector()
     set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
@@ -101,7 +110,7 @@ def selector_statistics_reply(content: RecordDict, context: Context) -> RecordDi
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One round of local training for the run's strategy."""
-    config, info, site_index, device = _setup(context)
+    config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
     settings = round_settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
     torch.manual_seed(settings.seed)
@@ -126,11 +135,11 @@ def train_fedsm(content, context, config, spec, site, site_index, settings, devi
     )
     if config.strategy == "fedsm-extra":  # its selector is trained only in the extra rounds
         settings = dataclasses.replace(settings, train_selector=False)
-    stored = context.state.get(records.PERSONAL_STATE)  # APFL's v_k and alpha_k stay on the node
-    client_state = records.from_record(stored) if stored is not None else {}
+    # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
+    client_state = load_site_state(context.run_id, site.name, records.PERSONAL_STATE) or {}
     update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device, client_state)
     if update.client_state:
-        context.state[records.PERSONAL_STATE] = records.to_record(update.client_state)
+        save_site_state(context.run_id, site.name, records.PERSONAL_STATE, update.client_state)
     return RecordDict(
         {
             records.GLOBAL: records.to_record(update.global_weights),
@@ -163,14 +172,14 @@ def train_extra_selector(content, context, config, spec, site, site_index, setti
 def train_single_model(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
     """FedAvg, FedProx or SCAFFOLD local training of the global model.
 
-    SCAFFOLD's client control variate ``c_k`` stays on the node, in the
-    context's state, from one round to the next.
+    SCAFFOLD's client control variate ``c_k`` stays at the site from one
+    round to the next, stored per site (:mod:`client_app.site_state`).
     """
     server_control = client_control = None
     if records.SERVER_CONTROL in content:
         server_control = records.from_record(content[records.SERVER_CONTROL])
-        stored = context.state.get(records.CLIENT_CONTROL_STATE)
-        client_control = records.from_record(stored) if stored is not None else {
+        stored = load_site_state(context.run_id, site.name, records.CLIENT_CONTROL_STATE)
+        client_control = stored if stored is not None else {
             key: np.zeros_like(value) for key, value in server_control.items()
         }
     options = GlobalClientOptions(
@@ -189,7 +198,7 @@ def train_single_model(content, context, config, spec, site, site_index, setting
     )
     if update.client_control is not None and client_control is not None:
         delta = {key: update.client_control[key] - client_control[key] for key in client_control}
-        context.state[records.CLIENT_CONTROL_STATE] = records.to_record(update.client_control)
+        save_site_state(context.run_id, site.name, records.CLIENT_CONTROL_STATE, update.client_control)
         reply[records.CONTROL_DELTA] = records.to_record(delta)
     return reply
 
@@ -197,7 +206,7 @@ def train_single_model(content, context, config, spec, site, site_index, setting
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Dice on one split: of the global model, or of the whole FedSM super model."""
-    config, info, site_index, device = _setup(context)
+    config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
     content = msg.content
     split = str(content[records.CONFIG]["split"])

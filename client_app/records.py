@@ -18,6 +18,8 @@ SELECTOR_OPTIMIZER = "selector-optimizer"
 CONFIG = "config"
 METRICS = "metrics"
 SITE = "site"
+ROUTE = "route"  # {"site-name": ...}: the site a message is for (a simulated node may serve several)
+NODE = "node"  # a node's identity: its node config's site-name, or its partition-id and num-partitions
 SERVER_CONTROL = "server-control"
 CONTROL_DELTA = "control-delta"
 CLIENT_CONTROL_STATE = "scaffold-client-control"
@@ -26,6 +28,7 @@ SELECTOR_STATISTICS = "selector-statistics"
 # What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
 ASK = "ask"
 ASK_SITE = "site"
+ASK_NODE = "node"  # which site the node is named as, or its simulated partition
 SEPARATOR = "|"
 
 

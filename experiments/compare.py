@@ -57,6 +57,19 @@ SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super", "fedsm-ampnorm": "d
          "knn-per": "dice-knn-per"}
 METHODS = ("centralized", "local", *FEDERATED)
 POOLED = "pooled"
+NORM_NAMES = {"group": "GroupNorm", "batch": "BatchNorm"}
+
+
+def method_label(name: str, config: RunConfig) -> str:
+    """A table row's name for what ran: ``name``, plus the U-Net's normalization when not its default.
+
+    The default is what ``segmentation-norm = auto`` picks for the strategy
+    (batch for FedBN, group otherwise), so ``FedBN`` always means batch-norm
+    statistics kept local and ``FedAvg (BatchNorm)`` says that FedAvg ran with
+    averaged batch normalization.
+    """
+    default = RunConfig(strategy=config.strategy).model_norm
+    return name if config.model_norm == default else f"{name} ({NORM_NAMES[config.model_norm]})"
 
 
 def parse_overrides(text: str) -> dict[str, object]:
@@ -103,7 +116,7 @@ def run_federated(method: str, seed: int, overrides: dict[str, object], out: Pat
     with (folder / "metrics.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
     score = SCORE.get(method, "dice-global")
-    label = FEDERATED[method]
+    label = method_label(FEDERATED[method], RunConfig.from_mapping(settings))
     rows = [_row(label, seed, r["site"], float(r["value"]), settings)
             for r in metrics if r["split"] == "test" and r["metric"] == score]
     curve = [(int(r["round"]), float(r["value"])) for r in metrics
@@ -142,7 +155,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
         model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch)
         per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}
         per_site[POOLED] = pool_site_metrics(per_site)
-        rows += [_row(job, seed, name, m["dice-global"], tag) for name, m in per_site.items()]
+        rows += [_row(method_label(job, config), seed, name, m["dice-global"], tag) for name, m in per_site.items()]
         print(f"[compare] {job} seed {seed}: pooled test Dice {per_site[POOLED]['dice-global']:.4f} "
               f"({time.monotonic() - started:.0f} s)", flush=True)
     return rows, curve
@@ -206,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         for method in [m for m in args.methods if m in FEDERATED]:
             method_rows, method_curve = run_federated(method, seed, chosen[method], args.out)
             rows += method_rows
-            if seed == args.seeds[0]:
-                curves[FEDERATED[method]] = method_curve
+            if seed == args.seeds[0] and method_rows:
+                curves[method_rows[0]["method"]] = method_curve
         write_long_csv(args.out / "results.csv", rows)
     sites = list(dataset_info(RunConfig.from_mapping(overrides).dataset).site_names)
     table = comparison_table(rows, sites)

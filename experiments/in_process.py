@@ -130,7 +130,8 @@ def chosen_gamma(config: RunConfig, validation: dict[str, dict[str, float | list
     """``gamma`` of the run config, or the choice on the last validation sweeps (``gamma-selection``)."""
     if config.gamma_selection == "fixed" or not validation:
         return config.gamma
-    sweeps = {site: (m["dice-super-sweep"], float(m["num-images"])) for site, m in validation.items()}
+    sweeps = {site: (m["dice-super-sweep"], float(m["num-images"]) - float(m.get("num-empty", 0.0)))
+              for site, m in validation.items()}
     pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
     if config.gamma_selection == "validation":
         return pooled

@@ -19,7 +19,7 @@ DATASETS = ("synthetic-fundus", "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.selector_head
-NORMS = ("group", "batch")
+NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
 GAMMA_SELECTIONS = ("per-model", "validation", "fixed")
 PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
 AUGMENTATIONS = ("none", "flip", "affine")  # see fedsm_core.data.augment
@@ -44,7 +44,7 @@ class RunConfig:
     data_seed: int = 0
     seed: int = 0
     encoder: str = "mobilenet_v2"
-    segmentation_norm: str = "group"
+    segmentation_norm: str = "auto"
     batch_size: int = 8
     local_epochs: int = 1
     max_local_steps: int = 0
@@ -96,6 +96,11 @@ class RunConfig:
         _check_choice("device", self.device, DEVICES)
         _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
+        if self.strategy == "fedbn" and self.segmentation_norm == "group":
+            raise ValueError(
+                "segmentation-norm = 'group' with strategy = 'fedbn': FedBN keeps batch-norm statistics (running mean "
+                "and variance) at each site, and group norm has none, so only its affine parameters would stay "
+                f"local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'; {WHERE}")
         _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
         _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
@@ -130,6 +135,19 @@ class RunConfig:
         _check_range("min-replies", self.min_replies, 1, 100_000)
         if not self.output_dir:
             raise ValueError(f"output-dir is empty; {WHERE}")
+
+    @property
+    def model_norm(self) -> str:
+        """The U-Net's normalization that runs: ``segmentation-norm``, with ``auto`` resolved.
+
+        ``auto`` is batch normalization for FedBN, whose whole point is keeping
+        batch-norm statistics local (Li et al. 2021), and group normalization
+        otherwise (averaged running statistics lag the weights after a few
+        local steps).
+        """
+        if self.segmentation_norm != "auto":
+            return self.segmentation_norm
+        return "batch" if self.strategy == "fedbn" else "group"
 
     @property
     def uses_amplitude_normalization(self) -> bool:

@@ -61,6 +61,8 @@ def read_model_file(path: str | Path, formats: Sequence[str], kind: str) -> dict
     ------
     FileNotFoundError
         When ``path`` does not exist.
+    IsADirectoryError
+        When ``path`` is a folder (the message lists model files inside it).
     ValueError
         When the file is unreadable (corrupt, truncated, not a torch file) or
         holds another format; the message names the file, what was found and
@@ -68,6 +70,10 @@ def read_model_file(path: str | Path, formats: Sequence[str], kind: str) -> dict
     """
     path = Path(path)
     advice = "pass " + " or ".join(WRITTEN_BY[name] for name in formats)
+    if path.is_dir():
+        inside = sorted(p.relative_to(path).as_posix() for p in path.rglob("*.pt"))[:5]
+        found = f"; it holds {', '.join(inside)}" if inside else "; it holds no .pt file"
+        raise IsADirectoryError(f"{kind} '{path}' is a folder, not a model file{found}; {advice}")
     if not path.is_file():
         raise FileNotFoundError(f"{kind} '{path}' does not exist; {advice}")
     try:

@@ -3,13 +3,17 @@
 The file is a FedSM super-model bundle (``super_model.pt``) or a single model
 (``global_model.pt`` of FedAvg, FedProx, SCAFFOLD or HarmoFL, or one of
 FedBN's ``site_models/<site>.pt``). Each image (any size) is resized to the
-file's input size and normalised as in training, then segmented: by a
-bundle's routed model (Algorithm 2, the bundle's gamma unless another is
-given), or by the single model. The mask is resized back to the image's size
-by nearest neighbour and written as one grey PNG per image. A
+file's input size with its aspect ratio kept (longer side to the model's
+size, the shorter padded: see :mod:`fedsm_core.letterbox`) and normalised as
+in training, then segmented: by a bundle's routed model (Algorithm 2, the
+bundle's gamma unless another is given), or by the single model. The model's
+probabilities are cropped to the image, resized bilinearly to the image's own
+size and thresholded at 0.5 there, and written as one grey PNG per image. A
 ``predictions.csv`` lists per image the model that segmented it, the
 selector's confidence and its most likely site; a single model has no
 selector, so its rows say ``global`` and leave the selector's columns empty.
+The output folder is checked first (:mod:`fedsm_core.predict_output`): input
+images and earlier results are never overwritten unasked.
 
 Mask values: structure ``k`` of ``K`` (file order, 1-based) is drawn with
 grey value ``round(255 * k / K)``, later structures over earlier ones, on a
@@ -18,7 +22,6 @@ background of 0. One structure gives 0/255; disc and cup give 0 / 128 / 255.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
@@ -27,15 +30,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.bundle import bundle_from_payload
 from fedsm_core.data.files import IMAGE_SUFFIXES, DataError, read_image
-from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING, normalize_image, resize_image, to_channels_first
+from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING, normalize_image, to_channels_first
+from fedsm_core.letterbox import letterbox_for, letterbox_image, restore_probabilities
 from fedsm_core.model_files import BUNDLE_FORMAT, GLOBAL_MODEL_FORMAT, global_model_from_payload, read_model_file
+from fedsm_core.predict_output import CSV_COLUMNS, mask_name, prepare_output_folder, write_outputs
 
-CSV_COLUMNS = ("image", "mask", "width", "height", "model", "selector-confidence", "most-likely-site")
+__all__ = ["CSV_COLUMNS", "Predictor", "encode_mask", "list_input_images", "predict_folder", "prepare_input",
+           "segment_batch"]
 GLOBAL_MODEL_NAME = "global"  # the "model" column of images the global (or single) model segmented
 
 # Logits [B, K, S, S] of a batch and, per image, the values of the last three CSV columns.
@@ -51,16 +56,25 @@ class Predictor:
     preprocessing: str
 
 
+def _unit(image: np.ndarray) -> np.ndarray:
+    return np.clip(image / 255.0, 0.0, 1.0)
+
+
+NORMALIZERS = {"percentile": normalize_image, "unit": _unit}
+
+
 def prepare_input(image: np.ndarray, size: int, preprocessing: str) -> np.ndarray:
-    """``uint8 [H, W, 3]`` into the model's ``float32 [3, size, size]`` input."""
-    resized = resize_image(image, size)
-    if preprocessing == "percentile":
-        scaled = normalize_image(resized)
-    elif preprocessing == "unit":
-        scaled = np.clip(resized / 255.0, 0.0, 1.0)
-    else:
+    """``uint8 [H, W, 3]`` into the model's ``float32 [3, size, size]`` input, aspect ratio kept.
+
+    The image is resized so that its longer side is ``size``, normalised
+    (``preprocessing``: ``unit`` divides by 255, ``percentile`` stretches the
+    image's own percentiles) and padded with 0 to a square
+    (:func:`fedsm_core.letterbox.letterbox_image`).
+    """
+    if preprocessing not in NORMALIZERS:
         raise ValueError(f"preprocessing '{preprocessing}' is unknown; expected 'unit' or 'percentile'")
-    return to_channels_first(scaled).astype(np.float32)
+    box = letterbox_for(image.shape[0], image.shape[1], size)
+    return to_channels_first(letterbox_image(image, box, NORMALIZERS[preprocessing])).astype(np.float32)
 
 
 def encode_mask(binary: np.ndarray) -> np.ndarray:
@@ -70,13 +84,6 @@ def encode_mask(binary: np.ndarray) -> np.ndarray:
     for k in range(count):
         out[binary[k]] = round(255 * (k + 1) / count)
     return out
-
-
-def restore_size(binary: np.ndarray, width: int, height: int) -> np.ndarray:
-    """Nearest-neighbour resize of ``bool [K, S, S]`` to ``[K, height, width]``."""
-    planes = [Image.fromarray(b.astype(np.uint8) * 255).resize((width, height), Image.Resampling.NEAREST)
-              for b in binary]
-    return np.stack([np.asarray(p) > 127 for p in planes])
 
 
 def list_input_images(folder: Path) -> list[Path]:
@@ -140,20 +147,23 @@ PREDICTORS: dict[str, Callable[[dict[str, Any], Path, float | None, torch.device
 
 
 @torch.no_grad()
-def _segment(predictor: Predictor, batch: list[tuple[Path, np.ndarray]], device: torch.device) -> list[dict]:
+def segment_batch(predictor: Predictor, batch: list[tuple[Path, np.ndarray]], device: torch.device) -> list[dict]:
+    """Masks of a batch of ``(path, uint8 [H, W, 3])`` at each image's own size, with the route columns."""
     inputs = np.stack([prepare_input(img, predictor.image_size, predictor.preprocessing) for _, img in batch])
     logits, columns = predictor.route(torch.from_numpy(inputs).to(device))
-    masks = (torch.sigmoid(logits) > 0.5).cpu().numpy()
+    probabilities = torch.sigmoid(logits.float()).cpu()
     rows = []
-    for (path, image), mask, route in zip(batch, masks, columns, strict=True):
+    for (path, image), probs, route in zip(batch, probabilities, columns, strict=True):
         height, width = image.shape[:2]
-        rows.append({"path": path, "mask": encode_mask(restore_size(mask, width, height)), "width": width,
-                     "height": height, **route})
+        box = letterbox_for(height, width, predictor.image_size)
+        binary = (restore_probabilities(probs, box) > 0.5).numpy()
+        rows.append({"path": path, "mask": encode_mask(binary), "width": width, "height": height, **route})
     return rows
 
 
 def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | None = None,
-                   device: torch.device | str = "cpu", batch_size: int = 8) -> tuple[Path, list[str]]:
+                   device: torch.device | str = "cpu", batch_size: int = 8,
+                   overwrite: bool = False) -> tuple[Path, list[str]]:
     """Write one mask PNG per image of ``images`` and ``predictions.csv`` into ``out``.
 
     Parameters
@@ -163,6 +173,11 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
     gamma : float or None
         A bundle's selector threshold instead of its own; an error with a
         single model, which has no selector.
+    batch_size : int
+        Images per forward pass, at least 1.
+    overwrite : bool
+        Replace the results of an earlier run in ``out`` (see
+        :func:`fedsm_core.predict_output.prepare_output_folder`).
 
     Returns
     -------
@@ -170,11 +185,13 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
         The CSV path and one message per image that could not be read (those
         images are listed, not silently dropped; the others are written).
     """
+    if batch_size < 1:
+        raise ValueError(f"--batch-size {batch_size} must be at least 1")
     payload = read_model_file(model_file, tuple(PREDICTORS), "FedSM bundle or global model")
     predictor = PREDICTORS[payload["format"]](payload, Path(model_file), gamma, device)
     files = list_input_images(images)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_output_folder(Path(images), out, [mask_name(path) for path in files], overwrite)
     failures: list[str] = []
     rows: list[dict] = []
     for start in range(0, len(files), batch_size):
@@ -185,17 +202,5 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
             except DataError as error:
                 failures.append(str(error))
         if batch:
-            rows += _segment(predictor, batch, torch.device(device))
-    return _write_outputs(rows, out), failures
-
-
-def _write_outputs(rows: list[dict], out: Path) -> Path:
-    table = out / "predictions.csv"
-    with table.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            mask_path = out / f"{row['path'].stem}.png"
-            Image.fromarray(row["mask"]).save(mask_path)
-            writer.writerow({**{k: row[k] for k in CSV_COLUMNS[2:]}, "image": row["path"].name, "mask": mask_path.name})
-    return table
+            rows += segment_batch(predictor, batch, torch.device(device))
+    return write_outputs(rows, out), failures

@@ -9,20 +9,41 @@ from pathlib import Path
 
 CSV_COLUMNS = ("round", "split", "site", "metric", "value")
 POOLED = "pooled"
-SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global")
+SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global",
+                   "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super")
+COUNT_PREFIX = "num-"  # counts add up over sites
+DICE_PREFIX = "dice-"  # means over images with foreground (fedsm_core.metrics)
+EMPTY_FP_PREFIX = "empty-fp-"  # means over images without foreground
+
+
+def _images_behind(name: str, metrics: Mapping[str, float]) -> float:
+    """How many of a site's images a mean ``name`` was taken over: its weight when pooling."""
+    empty = metrics.get("num-empty", 0.0)
+    if name.startswith(DICE_PREFIX):
+        return metrics["num-images"] - empty
+    if name.startswith(EMPTY_FP_PREFIX):
+        return empty
+    return metrics["num-images"]
 
 
 def pool_site_metrics(per_site: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """Pool per-site means into per-image means over all sites.
 
-    Every site's mean is weighted by its ``num-images``, so the result equals the
-    mean over the pooled images (the paper's "global" column). Metrics missing at
-    some site are pooled over the sites that have them.
+    Every site's mean is weighted by the number of images it was taken over, so
+    the result equals the mean over the pooled images (the paper's "global"
+    column): ``num-images`` in general, images with foreground for Dice,
+    ``num-empty`` for the empty images' false-positive rates. Counts
+    (``num-*``) add up. Metrics missing at some site are pooled over the sites
+    that have them.
     """
     pooled: dict[str, float] = {}
-    names = sorted({name for metrics in per_site.values() for name in metrics if name != "num-images"})
+    names = sorted({name for metrics in per_site.values() for name in metrics})
     for name in names:
-        pairs = [(m[name], m["num-images"]) for m in per_site.values() if name in m and not math.isnan(m[name])]
+        present = [m for m in per_site.values() if name in m]
+        if name.startswith(COUNT_PREFIX):
+            pooled[name] = float(sum(m[name] for m in present))
+            continue
+        pairs = [(m[name], _images_behind(name, m)) for m in present if not math.isnan(m[name])]
         total = sum(count for _, count in pairs)
         if total > 0:
             pooled[name] = sum(value * count for value, count in pairs) / total
@@ -71,7 +92,8 @@ def format_table(
     pooled = pool_site_metrics(per_site)
     lines = ["| site | images | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
     for site, values in [*per_site.items(), (POOLED, pooled)]:
-        cells = [f"{values[name]:.4f}" if name in values else "-" for name in metrics]
+        cells = [("-" if name not in values else f"{int(values[name])}" if name.startswith(COUNT_PREFIX)
+                  else f"{values[name]:.4f}") for name in metrics]
         lines.append(f"| {site} | {int(values.get('num-images', 0))} | " + " | ".join(cells) + " |")
     return lines
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run FedSM on six simulated sites with `flwr run .` (Ray simulation, local SuperLink).
+# Run FedSM on simulated sites (one per site of the dataset) with `flwr run .` (Ray simulation, local SuperLink).
 #
 # Usage: scripts/run-simulation.sh ["key=value key2=value2"]
 #   The optional argument overrides [tool.flwr.app.config] keys, e.g.
@@ -7,11 +7,14 @@
 # Environment:
 #   FLWR_HOME        Flower's state folder (default: .flwr-home in the project)
 #   FEDSM_RUNS       where run folders go (default: runs/ in the project)
-#   NUM_SUPERNODES   simulated sites (default: 6, the sites of the default dataset)
+#   NUM_SUPERNODES   simulated SuperNodes (default: one per site of the run's dataset); any number
+#                    works: with fewer, a node serves several sites
 #   RAY_CPUS         CPUs Ray may use (default: 2)
 #   CLIENT_CPUS      CPUs per simulated client (default: 1); RAY_CPUS / CLIENT_CPUS clients
 #                    train at once, each a worker process of ~2 GB at 128 px
 #
+# The settings are checked first (`fedsm check-config`: sites, softpull-lambda against 1/K,
+# data folders, held-out site); a problem stops the script before flwr starts anything.
 # Exits non-zero when the run fails (`flwr run --stream` itself exits 0 then), and
 # stops the local SuperLink it started, so no server outlives the run.
 set -euo pipefail
@@ -24,6 +27,13 @@ runs="${FEDSM_RUNS:-$PWD/runs}"
 mkdir -p "$runs"
 runs="$(cd "$runs" && pwd)"
 overrides="${1:-}"
+
+# Check the settings before anything starts; its answer is the number of sites.
+if ! sites="$(python -m fedsm_core.cli check-config --app . --simulation --print-num-sites \
+    --run-config "output-dir='$runs' $overrides")"; then
+  echo "run-simulation: fix the settings above; nothing was started" >&2
+  exit 2
+fi
 
 stop_superlink() {
   # The local SuperLink is started detached by `flwr run`; find it by its database path.
@@ -40,7 +50,7 @@ trap stop_superlink EXIT
 
 log="$(mktemp)"
 flwr run . --stream \
-  --federation-config "num-supernodes=${NUM_SUPERNODES:-6} client-resources-num-cpus=${CLIENT_CPUS:-1} init-args-num-cpus=${RAY_CPUS:-2}" \
+  --federation-config "num-supernodes=${NUM_SUPERNODES:-$sites} client-resources-num-cpus=${CLIENT_CPUS:-1} init-args-num-cpus=${RAY_CPUS:-2}" \
   --run-config "output-dir='$runs' $overrides" 2>&1 | tee "$log"
 run_id="$(grep -oE 'Successfully started run [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -n 1 || true)"
 rm -f "$log"

@@ -12,6 +12,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
+from fedsm_core.preflight import require_valid_run
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.reporting import write_summary
 from server_app.discovery import discover_sites
@@ -37,6 +38,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run the strategy of ``[tool.flwr.app.config]`` and write metrics, summary and model."""
     started = time.monotonic()
     config = RunConfig.from_mapping(context.run_config)
+    require_valid_run(config)  # before a run folder exists or any node is asked
     info = training_dataset(config.dataset, config.held_out_site)
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
@@ -67,6 +69,9 @@ def main(grid: Grid, context: Context) -> None:
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)
         notes.append(f"round {server_round}: {site} missed ({why})")
+    for site, why in strategy.evaluation_gaps.get("test", {}).items():
+        log(WARNING, "%s has no test result (%s)", site, why)
+        notes.append(f"no test result for {site}: {why}")
     write_summary(
         folder / SUMMARY_FILE,
         f"{strategy.name} on {config.dataset}, {strategy.num_rounds} rounds",

@@ -1,4 +1,4 @@
-"""Learn which site each connected node is, by asking it."""
+"""Learn which node serves which site, by asking the nodes, then ask each site for its data summary."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ from flwr.serverapp import Grid
 
 from client_app import records
 from fedsm_core.data.statistics import ChannelStatistics
+from server_app.site_assignment import Assignment, assign_sites
+
+POLL_SECONDS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
 class SiteNode:
-    """A connected node and the site it reported."""
+    """A site and the node that serves it (in simulation one node may serve several sites)."""
 
     node_id: int
     site_index: int
@@ -27,57 +30,86 @@ class SiteNode:
     pixels: ChannelStatistics
 
 
-def wait_for_nodes(grid: Grid, expected: int, timeout: float) -> list[int]:
-    """Block until ``expected`` nodes are connected; raise after ``timeout`` seconds."""
+def _query(node_id: int, ask: str, site: str | None = None) -> Message:
+    content = {records.CONFIG: records.to_config({records.ASK: ask})}
+    if site is not None:
+        content[records.ROUTE] = records.to_config({"site-name": site})
+    return Message(RecordDict(content), message_type=MessageType.QUERY, dst_node_id=node_id)
+
+
+def ask_identities(grid: Grid, node_ids: list[int], timeout: float) -> dict[int, dict[str, object]]:
+    """Node id -> what the node says it is (``site-name``, or ``partition-id`` and ``num-partitions``)."""
+    identities: dict[int, dict[str, object]] = {}
+    for reply in grid.send_and_receive([_query(node, records.ASK_NODE) for node in node_ids], timeout=timeout):
+        node_id = reply.metadata.src_node_id
+        if reply.has_error():
+            raise RuntimeError(f"node {node_id} could not say which site it serves: {reply.error.reason}")
+        identities[node_id] = dict(reply.content[records.NODE])
+    silent = sorted(set(node_ids) - set(identities))
+    if silent:
+        raise RuntimeError(f"nodes {silent} did not answer within {timeout:.0f} s")
+    return identities
+
+
+def assign_nodes(grid: Grid, site_names: tuple[str, ...], timeout: float) -> Assignment:
+    """Ask every connected node who it is until each site has a node; raise after ``timeout`` seconds.
+
+    Simulated nodes serve every site at once (:mod:`server_app.site_assignment`);
+    named nodes (deployment) may connect one by one, so the sites still missing
+    are logged by name while waiting.
+    """
     deadline = time.monotonic() + timeout
-    while len(node_ids := list(grid.get_node_ids())) < expected:
+    identities: dict[int, dict[str, object]] = {}
+    while True:
+        new = [node for node in grid.get_node_ids() if node not in identities]
+        if new:
+            identities.update(ask_identities(grid, new, timeout))
+        if identities:
+            assignment = assign_sites(identities, site_names)
+            if not assignment.missing:
+                return assignment
+            waiting = f"no node for site(s) {list(assignment.missing)}"
+        else:
+            waiting = "no node connected"
         if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"only {len(node_ids)} of {expected} nodes connected within {timeout:.0f} s; in simulation pass "
-                f"--federation-config \"num-supernodes={expected}\", in deployment start one SuperNode per site"
-            )
-        log(INFO, "Waiting for nodes: %d of %d connected", len(node_ids), expected)
-        time.sleep(1.0)
-    return node_ids
+            raise RuntimeError(f"{waiting} within {timeout:.0f} s; in deployment start one SuperNode per site with "
+                               "--node-config \"site-name='<site>'\"")
+        log(INFO, "Waiting for nodes: %s", waiting)
+        time.sleep(POLL_SECONDS)
 
 
 def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> list[SiteNode]:
-    """Ask every node for its site; one node per site, every site present.
+    """The node of every site, with each site's split sizes and pixel statistics.
 
     Raises
     ------
     RuntimeError
-        When a node fails to answer, two nodes claim one site, or a site is missing.
+        When a node or site fails to answer, or no node serves a site within ``timeout``.
+    ValueError
+        For nodes that cannot serve the dataset (see :func:`server_app.site_assignment.assign_sites`).
     """
-    node_ids = wait_for_nodes(grid, len(site_names), timeout)
-    messages = [
-        Message(
-            RecordDict({records.CONFIG: records.to_config({records.ASK: records.ASK_SITE})}),
-            message_type=MessageType.QUERY,
-            dst_node_id=node,
-        )
-        for node in node_ids
-    ]
-    nodes: dict[int, SiteNode] = {}
-    for reply in grid.send_and_receive(messages, timeout=timeout):
-        node_id = reply.metadata.src_node_id
+    assignment = assign_nodes(grid, site_names, timeout)
+    messages = [_query(node, records.ASK_SITE, site_names[index]) for index, node in sorted(assignment.node_of_site.items())]
+    replies = list(grid.send_and_receive(messages, timeout=timeout))
+    site_of_message = {m.metadata.message_id: i for m, i in zip(messages, sorted(assignment.node_of_site), strict=True)}
+    sites: dict[int, SiteNode] = {}
+    for reply in replies:
+        index = site_of_message.get(reply.metadata.reply_to_message_id)
         if reply.has_error():
-            raise RuntimeError(f"node {node_id} could not report its site: {reply.error.reason}")
+            name = site_names[index] if index is not None else f"node {reply.metadata.src_node_id}"
+            raise RuntimeError(f"site {name} could not report its data: {reply.error.reason}")
         site = reply.content[records.SITE]
         index = int(site["site-index"])
-        if index in nodes:
-            raise RuntimeError(f"nodes {nodes[index].node_id} and {node_id} both report site '{site['site-name']}'")
         pixels = ChannelStatistics(
             int(site["pixel-count"]), tuple(site["pixel-mean"]), tuple(site["pixel-var"])  # type: ignore[arg-type]
         )
-        nodes[index] = SiteNode(
-            node_id, index, str(site["site-name"]), int(site["num-train"]), int(site["num-val"]), int(site["num-test"]),
-            pixels,
-        )
-    missing = [name for index, name in enumerate(site_names) if index not in nodes]
+        sites[index] = SiteNode(assignment.node_of_site[index], index, str(site["site-name"]), int(site["num-train"]),
+                                int(site["num-val"]), int(site["num-test"]), pixels)
+    missing = [name for index, name in enumerate(site_names) if index not in sites]
     if missing:
-        raise RuntimeError(f"no node answered for site(s) {missing}; each site needs one running SuperNode")
-    for node in sorted(nodes.values(), key=lambda n: n.site_index):
-        log(INFO, "Site %s on node %d: %d train / %d val / %d test images",
-            node.site_name, node.node_id, node.num_train, node.num_val, node.num_test)
-    return [nodes[index] for index in range(len(site_names))]
+        raise RuntimeError(f"no answer from site(s) {missing} within {timeout:.0f} s")
+    kind = "simulated node" if assignment.simulated else "node"
+    for node in sorted(sites.values(), key=lambda n: n.site_index):
+        log(INFO, "Site %s on %s %d: %d train / %d val / %d test images",
+            node.site_name, kind, node.node_id, node.num_train, node.num_val, node.num_test)
+    return [sites[index] for index in range(len(site_names))]

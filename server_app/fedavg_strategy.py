@@ -59,7 +59,7 @@ class FedAvgStrategy(SiteStrategy):
     ) -> Iterable[Message]:
         """The same global model to every site."""
         content = self.train_content(server_round)
-        return self.messages({node.node_id: content for node in self.nodes}, MessageType.TRAIN)
+        return self.messages({node.site_name: content for node in self.nodes}, MessageType.TRAIN)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

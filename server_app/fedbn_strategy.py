@@ -81,10 +81,10 @@ class FedBNStrategy(FedAvgStrategy):
         """Each site evaluates its own model."""
         return self.messages(self._own_models({"split": split}), MessageType.EVALUATE)
 
-    def _own_models(self, settings: dict[str, object]) -> dict[int, RecordDict]:
-        """Node id -> a message content with that site's model and ``settings``."""
+    def _own_models(self, settings: dict[str, object]) -> dict[str, RecordDict]:
+        """Site name -> a message content with that site's model and ``settings``."""
         config = records.to_config(settings)
-        return {node.node_id: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
+        return {node.site_name: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
                                           records.CONFIG: config})
                 for node in self.nodes}
 

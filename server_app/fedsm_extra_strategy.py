@@ -68,7 +68,7 @@ class FedSMExtraStrategy(FedSMStrategy):
                 records.CONFIG: records.to_config({"server-round": server_round, "phase": "selector"}),
             }
         )
-        return self.messages({node.node_id: content for node in self.nodes}, MessageType.TRAIN)
+        return self.messages({node.site_name: content for node in self.nodes}, MessageType.TRAIN)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

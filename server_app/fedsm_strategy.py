@@ -84,7 +84,7 @@ class FedSMStrategy(SiteStrategy):
             records.CONFIG: records.to_config({"server-round": server_round}),
         }
         contents = {
-            node.node_id: RecordDict(
+            node.site_name: RecordDict(
                 {**shared, records.PERSONAL: records.to_record(self.fedsm.personalized[node.site_name])}
             )
             for node in self.nodes
@@ -148,7 +148,7 @@ class FedSMStrategy(SiteStrategy):
             records.SELECTOR: records.to_record(self.fedsm.selector_weights),
             records.CONFIG: records.to_config({records.ASK: records.SELECTOR_STATISTICS}),
         })
-        messages = self.messages({node.node_id: content for node in self.nodes}, MessageType.QUERY)
+        messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
         statistics: dict[str, SelectorStatistics] = {}
         for reply in self.exchange(grid, messages, timeout, server_round, stage="selector-head"):
             site = self.site_of(reply)
@@ -207,7 +207,7 @@ class FedSMStrategy(SiteStrategy):
         not at the configured one. The last round's choice is the run's
         gamma, used on test and saved.
         """
-        sweeps = {site: (values["dice-super-sweep"], per_site[site].get("num-images", 0.0))
+        sweeps = {site: (values["dice-super-sweep"], _with_foreground(per_site[site]))
                   for site, values in lists.items() if "dice-super-sweep" in values and site in per_site}
         if not sweeps or self.gamma_selection == "fixed":
             return
@@ -235,9 +235,9 @@ class FedSMStrategy(SiteStrategy):
         for site, metrics in per_site.items():
             if site not in gains:
                 continue
-            images = max(metrics.get("num-images", 0.0), 1.0)
-            metrics["dice-super"] = metrics["dice-global"] + sum(gains[site][m, g] for m, g in chosen) / images
-            metrics["share-global"] = 1.0 - sum(counts[site][m, g] for m, g in chosen) / images
+            gain = sum(gains[site][m, g] for m, g in chosen)
+            metrics["dice-super"] = metrics["dice-global"] + gain / max(_with_foreground(metrics), 1.0)
+            metrics["share-global"] = 1.0 - sum(counts[site][m, g] for m, g in chosen) / max(metrics["num-images"], 1.0)
             metrics["gamma"] = self.gamma[self.fedsm.site_names.index(site)]
 
     def finish_validation(self) -> list[str]:
@@ -263,5 +263,12 @@ class FedSMStrategy(SiteStrategy):
         result = super().collect_evaluation(server_round, split, replies)
         for reply in replies:
             if not reply.has_error():
-                self.last_counts[self.site_of(reply)] = float(reply.content[records.METRICS]["num-images"])
+                metrics = reply.content[records.METRICS]
+                self.last_counts[self.site_of(reply)] = _with_foreground(
+                    {key: float(metrics[key]) for key in ("num-images", "num-empty") if key in metrics})
         return result
+
+
+def _with_foreground(metrics: dict[str, float]) -> float:
+    """Images of a site's evaluation that enter its Dice means (those with foreground)."""
+    return metrics.get("num-images", 0.0) - metrics.get("num-empty", 0.0)

@@ -21,6 +21,11 @@ from server_app.traffic import RECEIVED, SENT, TrafficLog
 EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
 
 
+def routed_site(message: Message) -> str:
+    """The site a message the server sends is for (its ``route`` record)."""
+    return str(message.content[records.ROUTE]["site-name"])
+
+
 class SiteStrategy(Strategy):
     """Base of the strategies: one node per site, validated replies, federated evaluation.
 
@@ -46,11 +51,18 @@ class SiteStrategy(Strategy):
 
     def __init__(self, nodes: Sequence[SiteNode], eval_every: int, num_rounds: int, on_evaluate: EvaluationSink) -> None:
         self.nodes = list(nodes)
-        self.site_of_node = {node.node_id: node.site_name for node in nodes}
+        self.node_of_site = {node.site_name: node.node_id for node in nodes}
+        # Only a node that serves one site names it by itself; a simulated node may serve several.
+        served = [node.node_id for node in nodes]
+        self.site_of_node = {node.node_id: node.site_name for node in nodes if served.count(node.node_id) == 1}
         self.eval_every = eval_every
         self.num_rounds = num_rounds
         self.on_evaluate = on_evaluate
         self.missed: list[tuple[int, str, str]] = []
+        # Message id -> site it was sent to: the SuperLink answers for an unreachable node with an
+        # error reply of its own (src node = the SuperLink), which only its reply-to id ties to a site.
+        self.site_of_message: dict[str, str] = {}
+        self.evaluation_gaps: dict[str, dict[str, str]] = {}  # split -> site -> why it has no result
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.min_replies = 1
         self.amplitude: AmplitudeSchedule | None = None  # set for runs with amplitude normalization
@@ -88,11 +100,22 @@ class SiteStrategy(Strategy):
         if not messages:
             return []
         stage = stage or messages[0].metadata.message_type
-        self.traffic.add_messages(server_round, stage, SENT, messages, self.site_of_node)  # before they leave
+        self.traffic.add_messages(server_round, stage, SENT, messages, routed_site)  # before they leave
         with self.traffic.timed(server_round, stage):
             replies = list(grid.send_and_receive(messages, timeout=timeout))
-        self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of_node)
-        return replies
+        self.remember_destinations(messages)
+        self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of)
+        return self.in_site_order(replies)
+
+    def in_site_order(self, replies: list[Message]) -> list[Message]:
+        """``replies`` sorted by their site's position in the federation, whatever order they arrived in.
+
+        Aggregation sums the replies in this order; floating-point sums depend on
+        it, so a fixed order makes a run reproducible bit for bit (a resumed run,
+        or a simulation with another number of nodes, ends with the same weights).
+        """
+        position = {node.site_name: index for index, node in enumerate(self.nodes)}
+        return sorted(replies, key=lambda reply: position.get(self.site_of(reply), len(position)))
 
     def require_replies(self, server_round: int, accepted: int) -> None:
         """Stop the run when fewer than ``min_replies`` valid replies came in this round.
@@ -132,9 +155,23 @@ class SiteStrategy(Strategy):
         log(INFO, "%s: %d sites %s, evaluation every %d round(s)", self.name, len(self.nodes),
             [n.site_name for n in self.nodes], self.eval_every)
 
+    def remember_destinations(self, messages: Iterable[Message]) -> None:
+        """Note the site of every sent message, by the id the grid gave it when pushing."""
+        self.site_of_message = {message.metadata.message_id: routed_site(message)
+                                for message in messages if message.metadata.message_id}
+
     def site_of(self, reply: Message) -> str:
-        """The site name of the node that sent ``reply``."""
+        """The site whose message ``reply`` answers (also when the SuperLink answered for it)."""
+        site = self.site_of_message.get(reply.metadata.reply_to_message_id)
+        if site is not None:
+            return site
         return self.site_of_node.get(reply.metadata.src_node_id, f"node {reply.metadata.src_node_id}")
+
+    def error_reason(self, reply: Message) -> str:
+        """Why an error reply carries no result: the site's own error, or the SuperLink's word that it is gone."""
+        if reply.metadata.src_node_id in self.site_of_node:
+            return f"client error: {reply.error.reason}"
+        return f"unreachable, the SuperLink answered for it: {reply.error.reason}"
 
     def reject(self, server_round: int, site: str, reason: str) -> None:
         """Log a rejected reply and remember that the site missed the round."""
@@ -150,7 +187,7 @@ class SiteStrategy(Strategy):
         moments, empty before their first round); the values must still be finite.
         """
         if reply.has_error():
-            self.reject(server_round, site, f"client error: {reply.error.reason}")
+            self.reject(server_round, site, self.error_reason(reply))
             return None
         try:
             decoded = {key: records.from_record(reply.content[key]) for key in expected}
@@ -186,9 +223,11 @@ class SiteStrategy(Strategy):
             if node.site_name not in answered:
                 self.missed.append((server_round, node.site_name, "no reply"))
 
-    def messages(self, contents: dict[int, RecordDict], message_type: str) -> list[Message]:
-        """One message per node id."""
-        return [Message(content, message_type=message_type, dst_node_id=node) for node, content in contents.items()]
+    def messages(self, contents: dict[str, RecordDict], message_type: str) -> list[Message]:
+        """One message per site (name -> content), to the site's node and naming the site."""
+        return [Message(RecordDict({**content, records.ROUTE: records.to_config({"site-name": site})}),
+                        message_type=message_type, dst_node_id=self.node_of_site[site])
+                for site, content in contents.items()]
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -212,7 +251,7 @@ class SiteStrategy(Strategy):
     def evaluation_messages(self, split: str) -> list[Message]:
         """Messages that evaluate the current models on ``split`` at every site."""
         content = self.evaluation_content(split)
-        return self.messages({node.node_id: content for node in self.nodes}, MessageType.EVALUATE)
+        return self.messages({node.site_name: content for node in self.nodes}, MessageType.EVALUATE)
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The records an evaluation message carries; subclasses define it."""
@@ -226,15 +265,20 @@ class SiteStrategy(Strategy):
         """Per-site metrics of an evaluation round, passed to ``on_evaluate``; pooled values returned."""
         per_site: dict[str, dict[str, float]] = {}
         lists: dict[str, dict[str, list[float]]] = {}
+        gaps: dict[str, str] = {}
         for reply in replies:
             site = self.site_of(reply)
             if reply.has_error():
-                log(WARNING, "round %d: %s evaluation of %s failed: %s", server_round, split, site, reply.error.reason)
+                gaps[site] = self.error_reason(reply)
+                log(WARNING, "round %d: %s evaluation of %s failed (%s)", server_round, split, site, gaps[site])
                 continue
             metrics = reply.content[records.METRICS]
             per_site[site] = {k: float(v) for k, v in metrics.items() if not isinstance(v, list)}
             lists[site] = {k: [float(x) for x in v] for k, v in metrics.items() if isinstance(v, list)}
         self.latest_lists[split] = lists
+        gaps.update({node.site_name: "no reply" for node in self.nodes
+                     if node.site_name not in per_site and node.site_name not in gaps})
+        self.evaluation_gaps[split] = gaps
         if not per_site:
             return None
         if split == "val":

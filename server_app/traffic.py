@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -75,15 +75,21 @@ class TrafficLog:
         self.timings: list[dict[str, object]] = []
 
     def add_messages(self, server_round: int, stage: str, direction: str, messages: Iterable[Message],
-                     site_of_node: Mapping[int, str]) -> None:
-        """One row per message; the site is the destination (sent) or the source (received).
+                     site_of: Callable[[Message], str] | Mapping[int, str]) -> None:
+        """One row per message, labelled with its site.
 
-        Replies that carry an error instead of content are recorded with 0 bytes.
+        ``site_of`` maps a message to its site, or is a node id -> site mapping
+        (destination for sent, source for received messages). Replies that
+        carry an error instead of content are recorded with 0 bytes.
         """
         for message in messages:
-            node = message.metadata.dst_node_id if direction == SENT else message.metadata.src_node_id
+            if callable(site_of):
+                site = site_of(message)
+            else:
+                node = message.metadata.dst_node_id if direction == SENT else message.metadata.src_node_id
+                site = site_of.get(node, f"node {node}")
             total, arrays = (0, 0) if message.has_error() else payload_bytes(message.content)
-            self.rows.append({"round": server_round, "stage": stage, "site": site_of_node.get(node, f"node {node}"),
+            self.rows.append({"round": server_round, "stage": stage, "site": site,
                               "direction": direction, "bytes": total, "array-bytes": arrays})
 
     def add_time(self, server_round: int, part: str, seconds: float) -> None:

@@ -145,7 +145,7 @@ def test_missing_file_raises_file_not_found(tmp_path):
 
 def test_directory_is_not_a_bundle(tmp_path):
     # Prepare / Execute / Assert
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(IsADirectoryError, match="is a folder, not a model file"):
         load_bundle(tmp_path)
 
 

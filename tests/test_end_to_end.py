@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -23,8 +24,8 @@ TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selec
 def _run(tmp_path: Path, overrides: str, **extra_env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "FEDSM_RUNS": str(tmp_path / "runs"), **extra_env}
     # Ports of our own, so a SuperLink the user already runs is never used or disturbed.
-    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = "39291"
-    env["FLWR_LOCAL_CONTROL_API_PORT"] = "39293"
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = extra_env.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39291")
+    env["FLWR_LOCAL_CONTROL_API_PORT"] = extra_env.get("FLWR_LOCAL_CONTROL_API_PORT", "39293")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
         ["bash", str(ROOT / "scripts" / "run-simulation.sh"), overrides],
@@ -95,7 +96,7 @@ def test_scaffold_runs_through_the_same_app_and_saves_the_global_model(tmp_path)
     # Assert
     folder, rows = _finished_run(tmp_path, result)
     assert "SCAFFOLD" in result.stdout
-    assert {r["metric"] for r in rows} == {"dice-global", "num-images"}
+    assert {r["metric"] for r in rows} == {"dice-global", "num-images", "num-empty"}
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
     assert "missed" not in (folder / "summary.md").read_text()
@@ -164,3 +165,18 @@ def test_fedbn_with_harmofl_components_and_knn_per_runs_through_flwr(tmp_path):
     weights = [torch.load(folder / "site_models" / name, weights_only=True)["weights"] for name in saved]
     assert all(int(w["amplitude_norm.frozen"]) == 1 for w in weights)
     torch.testing.assert_close(weights[0]["amplitude_norm.amplitude"], weights[5]["amplitude_norm.amplitude"])
+
+
+@pytest.mark.slow
+def test_two_and_six_simulated_supernodes_give_the_same_metrics(tmp_path):
+    # Execute: SCAFFOLD keeps a control variate per site between rounds; with 2 nodes each serves 3 sites
+    results = {}
+    for nodes in (2, 6):
+        result = _run(tmp_path / f"nodes-{nodes}", TINY + ' strategy="scaffold"', NUM_SUPERNODES=str(nodes),
+                      FLWR_LOCAL_SUPERLINK_HTTP_API_PORT="39491", FLWR_LOCAL_CONTROL_API_PORT="39493")
+        results[nodes] = _finished_run(tmp_path / f"nodes-{nodes}", result)[1]
+
+    # Assert
+    assert len(results[2]) == len(results[6]) > 0
+    assert results[2] == results[6]
+    assert {r["site"] for r in results[2] if r["split"] == "test"} == {f"site-{i}" for i in range(1, 7)} | {"pooled"}

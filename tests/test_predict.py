@@ -16,6 +16,7 @@ from PIL import Image
 from fedsm_core.bundle import BundleInfo, save_bundle, save_global_model
 from fedsm_core.cli import main
 from fedsm_core.data.files import DataError, read_image
+from fedsm_core.letterbox import letterbox_for, restore_probabilities
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.predict import (
@@ -24,7 +25,6 @@ from fedsm_core.predict import (
     list_input_images,
     predict_folder,
     prepare_input,
-    restore_size,
 )
 
 SPEC = ModelSpec("mobilenet_v2", 2, 2, 8)
@@ -232,7 +232,8 @@ def test_a_global_model_gives_the_masks_of_running_it_on_the_prepared_input(imag
         image = read_image(images / row["image"], "RGB")
         with torch.no_grad():
             logits = model(torch.from_numpy(prepare_input(image, 32, "unit"))[None])
-        binary = restore_size((torch.sigmoid(logits) > 0.5)[0].numpy(), image.shape[1], image.shape[0])
+        box = letterbox_for(image.shape[0], image.shape[1], 32)
+        binary = (restore_probabilities(torch.sigmoid(logits)[0], box) > 0.5).numpy()
         np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "out" / row["mask"])), encode_mask(binary))
 
 
@@ -286,10 +287,12 @@ def test_prepare_input_unit_divides_by_255_and_goes_channels_first():
 
     x = prepare_input(image, 32, "unit")
 
+    # 64 x 48 -> 32 x 24, padded with 4 zero columns on each side
     assert x.shape == (3, 32, 32) and x.dtype == np.float32
-    np.testing.assert_allclose(x[0], 0.2, atol=1e-6)
-    np.testing.assert_allclose(x[1], 0.2, atol=1e-6)
-    np.testing.assert_allclose(x[2], 1.0, atol=1e-6)
+    np.testing.assert_allclose(x[0, :, 4:28], 0.2, atol=1e-6)
+    np.testing.assert_allclose(x[1, :, 4:28], 0.2, atol=1e-6)
+    np.testing.assert_allclose(x[2, :, 4:28], 1.0, atol=1e-6)
+    assert np.all(x[:, :, :4] == 0) and np.all(x[:, :, 28:] == 0)
 
 
 def test_prepare_input_percentile_stretches_each_image_to_zero_one():

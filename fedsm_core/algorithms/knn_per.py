@@ -25,7 +25,7 @@ from fedsm_core.algorithms.knn_datastore import KNNDatastore
 from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
 from fedsm_core.algorithms.knn_search import NeighbourIndex, knn_probabilities
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.metrics import DiceAccumulator, dice_per_structure
+from fedsm_core.metrics import ImageScores, dice_per_structure, has_foreground
 from fedsm_core.training.batches import iterate_batches
 
 HEAD_NAME = "segmentation_head"
@@ -216,17 +216,21 @@ class KNNPer:
         -------
         dict[str, float]
             ``{name: Dice, "dice-global": Dice, "knn-lambda": lam, "num-images": N}``,
-            Dice as in :func:`fedsm_core.evaluation.evaluate_model`.
+            Dice as in :func:`fedsm_core.evaluation.evaluate_model` (over images with
+            foreground; ``num-empty`` and ``empty-fp-*`` for the others).
         """
-        personal, plain = DiceAccumulator(), DiceAccumulator()
+        personal, plain = ImageScores(), ImageScores()
         for images, masks in iterate_batches(test_data, self.settings.batch_size, shuffle=False):
             p_knn, p_model = self.probabilities(images)
-            dice = dice_per_lambda(p_knn, p_model, masks.to(self.device), (self.lam, 0.0))
-            personal.add(dice[:, 0])
-            plain.add(dice[:, 1])
+            masks = masks.to(self.device)
+            dice = dice_per_lambda(p_knn, p_model, masks, (self.lam, 0.0))
+            foreground = has_foreground(masks)
+            for scores, column, lam in ((personal, 0, self.lam), (plain, 1, 0.0)):
+                predicted = (mix_probabilities(p_knn, p_model, lam) > 0.5).flatten(1).any(dim=1)
+                scores.add_scores(dice[:, column], predicted, foreground)
         return {
-            name: personal.mean(),
-            "dice-global": plain.mean(),
+            **plain.result("dice-global"),
+            **personal.result(name),
             "knn-lambda": self.lam,
             "num-images": float(len(test_data)),
         }
@@ -250,6 +254,7 @@ def evaluate_knn_per(model: nn.Module, train: SegArrays, val: SegArrays, test: S
     tested = time.perf_counter()
     return {
         "dice-knn-per": scores["dice-knn-per"],
+        **{key: value for key, value in scores.items() if key in ("num-empty", "empty-fp-knn-per")},
         "knn-lambda": knn.lam,
         "knn-datastore-size": float(len(knn.datastore)),
         "knn-build-seconds": built - started,

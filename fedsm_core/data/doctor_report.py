@@ -53,6 +53,8 @@ class SiteReport:
     splits: list[SplitReport] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     orphans_skipped: bool = False  # the site's on-orphans option is "skip"
+    loaded: dict[str, int] = field(default_factory=dict)  # images per split the loader made (train/val/test)
+    cases: dict[str, int] = field(default_factory=dict)  # distinct cases (patients) per split
 
     @property
     def ok(self) -> bool:
@@ -85,6 +87,10 @@ def format_site(report: SiteReport, max_items: int = 20) -> list[str]:
             lines += [f"    {kind}: {item}" for item in items[:max_items]]
             if len(items) > max_items:
                 lines.append(f"    ... and {len(items) - max_items} more {kind}s")
+    if report.loaded:
+        images = ", ".join(f"{split} {count}" for split, count in report.loaded.items())
+        cases = ", ".join(f"{split} {count}" for split, count in report.cases.items())
+        lines.append(f"  training loads: {images} images; cases: {cases}")
     return lines
 
 

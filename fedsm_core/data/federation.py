@@ -76,7 +76,7 @@ def locate_spec(value: str) -> Path:
     folder (the ServerApp and ClientApps of a simulation run in other folders).
     """
     path = Path(os.path.expandvars(value)).expanduser()
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path, PROJECT_ROOT / path]
+    candidates = [path] if path.is_absolute() else list(dict.fromkeys([Path.cwd() / path, PROJECT_ROOT / path]))
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()

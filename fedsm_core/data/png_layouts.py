@@ -10,8 +10,9 @@
   encodings are an option.
 
 Images and masks pair by file name. The layout's ``train`` folder is split
-into train and validation (:data:`VAL_FRACTION`, seeded by the data seed and
-the site name); ``test`` is the test split.
+into train and validation by whole cases (:data:`VAL_FRACTION` of the cases,
+seeded by the data seed and the site name; the case of a file comes from its
+name, :mod:`fedsm_core.data.cases`); ``test`` is the test split.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern, split_cases_off
 from fedsm_core.data.files import DataError, Pair, Pairing, pair_by_stem, read_image, read_mask_values
 from fedsm_core.data.masks import MaskEncoding, decode_mask, mask_encoding
-from fedsm_core.data.preprocess import prepare_example, split_off, stack_examples
+from fedsm_core.data.preprocess import prepare_example, stack_examples
 
 VAL_FRACTION = 0.2
 SPLITS = ("train", "test")
@@ -98,7 +100,8 @@ def read_pair(pair: Pair, layout: PngLayout, encoding: MaskEncoding) -> tuple[np
 
 
 def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int = 0, *,
-                  encoding: str | None = None, on_orphans: str = "fail", name: str | None = None) -> SiteSplits:
+                  encoding: str | None = None, on_orphans: str = "fail", name: str | None = None,
+                  case_pattern: str | None = None) -> SiteSplits:
     """Load one site of a PNG layout as train/validation/test arrays.
 
     Parameters
@@ -117,18 +120,31 @@ def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int 
         What to do with images without masks and masks without images.
     name : str, optional
         Site name for ids; the folder name when omitted.
+    case_pattern : str, optional
+        Regular expression whose first group is a file's case (the layout's
+        default of :data:`fedsm_core.data.cases.CASE_PATTERNS` when omitted).
+        Ids are ``<site>/<case>/<name>``, or ``<site>/<name>`` when a file is
+        its own case.
     """
     layout = png_layout(layout_name)
+    pattern = compile_case_pattern(case_pattern or CASE_PATTERNS[layout.name], f"site {site_path}")
     decoder = mask_encoding(encoding or layout.encoding)
     site = name or Path(site_path).name
     pairs = {split: {p.stem: p for p in pair_split(site_path, layout, split, on_orphans).pairs} for split in SPLITS}
     if not pairs["train"]:
         raise DataError(f"site {site_path} has no image/mask pairs in its train folder; "
                         f"expected {layout.expected()}")
-    train, val = split_off(list(pairs["train"]), VAL_FRACTION, seed, site)
+    train_folder = layout.folders(site_path, "train")[0]
+    train, val = split_cases_off(list(pairs["train"]), pattern, VAL_FRACTION, seed, site, train_folder)
     chosen = {"train": (train, pairs["train"]), "val": (val, pairs["train"]), "test": (sorted(pairs["test"]), pairs["test"])}
     arrays = {}
     for split, (stems, by_stem) in chosen.items():
         examples = [prepare_example(*read_pair(by_stem[s], layout, decoder), image_size) for s in stems]
-        arrays[split] = stack_examples(examples, [f"{site}/{s}" for s in stems], len(decoder.structures), image_size)
+        ids = [_example_id(site, stem, pattern, by_stem[stem].image.parent) for stem in stems]
+        arrays[split] = stack_examples(examples, ids, len(decoder.structures), image_size)
     return SiteSplits(site, arrays["train"], arrays["val"], arrays["test"])
+
+
+def _example_id(site: str, stem: str, pattern, folder: Path) -> str:
+    case = case_of(stem, pattern, folder)
+    return f"{site}/{stem}" if case == stem else f"{site}/{case}/{stem}"

@@ -26,16 +26,22 @@ DEFAULT_PREPROCESSING = "unit"
 
 
 def resize_image(image: np.ndarray, size: int) -> np.ndarray:
-    """Resize ``[H, W]`` or ``[H, W, C]`` image data to ``size x size`` float32.
+    """Resize ``[H, W]`` or ``[H, W, C]`` image data to ``size x size`` float32 (see :func:`resize_to`)."""
+    return resize_to(image, size, size)
 
-    Area averaging (PIL's box filter) when shrinking, so fine texture does not
-    alias; bilinear when enlarging. Values keep their range.
+
+def resize_to(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Resize ``[H, W]`` or ``[H, W, C]`` image data to ``height x width`` float32.
+
+    Area averaging (PIL's box filter) when shrinking both sides, so fine
+    texture does not alias; bilinear otherwise. Values keep their range.
     """
     array = np.asarray(image, dtype=np.float32)
     planes = array[..., None] if array.ndim == 2 else array
-    height, width = planes.shape[:2]
-    method = Image.Resampling.BOX if size <= min(height, width) else Image.Resampling.BILINEAR
-    out = np.stack([np.asarray(Image.fromarray(planes[..., c], mode="F").resize((size, size), method))
+    old_height, old_width = planes.shape[:2]
+    shrink = height <= old_height and width <= old_width
+    method = Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR
+    out = np.stack([np.asarray(Image.fromarray(planes[..., c], mode="F").resize((width, height), method))
                     for c in range(planes.shape[2])], axis=-1)
     return out[..., 0] if array.ndim == 2 else out
 

@@ -71,16 +71,22 @@ def _check_common(options: dict[str, object], where: str) -> None:
         raise ValueError(f"{where}: on-orphans = {options['on-orphans']!r} must be one of {list(ORPHAN_POLICIES)}")
     if "mask-encoding" in options and options["mask-encoding"] not in ENCODINGS:
         raise ValueError(f"{where}: mask-encoding = {options['mask-encoding']!r} must be one of {sorted(ENCODINGS)}")
+    if "case-pattern" in options:
+        from fedsm_core.data.cases import compile_case_pattern
+
+        compile_case_pattern(str(options["case-pattern"]), where)
 
 
 def _png(layout: str, encoding: str) -> Source:
+    from fedsm_core.data.cases import CASE_PATTERNS
     from fedsm_core.data.doctor import inspect_png_site
     from fedsm_core.data.png_layouts import load_png_site
 
     return Source(
-        layout, {"mask-encoding": encoding, "on-orphans": "fail"},
+        layout, {"mask-encoding": encoding, "on-orphans": "fail", "case-pattern": CASE_PATTERNS[layout]},
         load=lambda path, size, seed, o, name: load_png_site(
-            path, layout, size, seed, encoding=str(o["mask-encoding"]), on_orphans=str(o["on-orphans"]), name=name),
+            path, layout, size, seed, encoding=str(o["mask-encoding"]), on_orphans=str(o["on-orphans"]), name=name,
+            case_pattern=str(o["case-pattern"])),
         inspect=lambda path, o, name: inspect_png_site(path, layout, str(o["mask-encoding"]), name),
     )
 
@@ -110,7 +116,12 @@ def _drishti() -> Source:
     def inspect(path: Path, o: Options, name: str) -> SiteReport:
         from fedsm_core.data.doctor import inspect_png_site
 
-        return inspect_png_site(path, "fundus-dofe", "dofe-fundus", name)
+        report = inspect_png_site(path, "fundus-dofe", "dofe-fundus", name)
+        report.source = "drishti-shifted"
+        # The folder is shared by the six sites: its counts are not this site's (the loader check adds those).
+        for split in report.splits:
+            split.split = f"whole folder, {split.split} (shared by all six sites)"
+        return report
 
     return Source("drishti-shifted", {"mask-encoding": "dofe-fundus", "part": 1}, load, inspect)
 

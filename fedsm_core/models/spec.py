@@ -69,7 +69,7 @@ class ModelSpec:
 def run_model_spec(config: RunConfig, num_structures: int, num_sites: int) -> ModelSpec:
     """The models a run's settings define; server, clients and experiments all build them here."""
     return ModelSpec(
-        config.encoder, num_structures, num_sites, config.selector_width, norm=config.segmentation_norm,
+        config.encoder, num_structures, num_sites, config.selector_width, norm=config.model_norm,
         amplitude_size=config.image_size if config.uses_amplitude_normalization else 0,
         amplitude_decay=config.amplitude_decay, amplitude_window=config.amplitude_window,
     )

@@ -13,3 +13,10 @@ def task_identity():
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
     yield
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture(autouse=True)
+def site_state(tmp_path, monkeypatch):
+    """Per-site client state in this test's own folder (client_app.site_state)."""
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+    return tmp_path / "site-state"

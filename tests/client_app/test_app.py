@@ -9,6 +9,7 @@ from flwr.app import Context, Message, MessageType, RecordDict
 from client_app import app as client
 from client_app import records
 from client_app.site import resolve_site_index
+from client_app.site_state import load_site_state
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
 from fedsm_core.models.selector import Selector
@@ -171,7 +172,13 @@ def _single_model_message(spec: ModelSpec, server_control: dict | None) -> Messa
     return _message(content, MessageType.TRAIN)
 
 
-def test_scaffold_client_keeps_its_control_variate_in_the_node_state():
+def _site_state(key: str) -> dict[str, np.ndarray]:
+    state = load_site_state(1, dataset_info("synthetic-fundus").site_names[SITE], key)
+    assert state is not None
+    return state
+
+
+def test_scaffold_client_keeps_its_control_variate_in_the_site_state():
     # Prepare
     spec = _spec()
     context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
@@ -181,7 +188,7 @@ def test_scaffold_client_keeps_its_control_variate_in_the_node_state():
 
     # Execute
     first = client.train(_single_model_message(spec, zeros), context)
-    stored = records.from_record(context.state[records.CLIENT_CONTROL_STATE])
+    stored = _site_state(records.CLIENT_CONTROL_STATE)
     second = client.train(_single_model_message(spec, zeros), context)
 
     # Assert: round 1 starts from c_k = 0, so its delta is the new c_k itself;
@@ -190,7 +197,7 @@ def test_scaffold_client_keeps_its_control_variate_in_the_node_state():
     for name in zeros:
         np.testing.assert_array_equal(delta[name], stored[name])
     second_delta = records.from_record(second.content[records.CONTROL_DELTA])
-    latest = records.from_record(context.state[records.CLIENT_CONTROL_STATE])
+    latest = _site_state(records.CLIENT_CONTROL_STATE)
     name = next(iter(zeros))
     np.testing.assert_allclose(second_delta[name], latest[name] - stored[name], atol=1e-7)
 
@@ -212,7 +219,7 @@ def test_fedavg_client_returns_only_the_model_and_evaluates_the_global_model():
     # Assert
     assert set(reply.content.keys()) == {records.GLOBAL, records.METRICS}
     metrics = evaluation.content[records.METRICS]
-    assert set(metrics.keys()) == {"dice-global", "num-images"}
+    assert set(metrics.keys()) == {"dice-global", "num-images", "num-empty"}
     assert 0.0 <= metrics["dice-global"] <= 1.0
 
 

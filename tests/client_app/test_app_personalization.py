@@ -1,4 +1,4 @@
-"""The FedSM ClientApp with a personalization method: APFL's v_k and alpha_k stay in the node state."""
+"""The FedSM ClientApp with a personalization method: APFL's v_k and alpha_k stay in the site's state."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from flwr.app import Context, Message, MessageType, RecordDict
 
 from client_app import app as client
 from client_app import records
+from client_app.site_state import load_site_state
 from fedsm_core.algorithms.personalization.apfl import ALPHA_KEY, LOCAL_PREFIX
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
@@ -14,6 +15,7 @@ from fedsm_core.models.weights import get_weights
 
 TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 1, "selector-width": 4, "batch-size": 4}
 SITE = 2
+SITE_NAME = dataset_info("synthetic-fundus").site_names[SITE]
 
 
 def _train_message(spec: ModelSpec) -> Message:
@@ -43,11 +45,11 @@ def test_apfl_keeps_its_local_model_and_alpha_on_the_node_and_resumes_from_them(
 
     # Execute
     reply = client.train(_train_message(spec), context)
-    first = records.from_record(context.state[records.PERSONAL_STATE])
+    first = load_site_state(1, SITE_NAME, records.PERSONAL_STATE)
     frozen = {**run_config, "apfl-alpha": 0.9, "apfl-alpha-lr": 0.0}  # round 2 must not restart at apfl-alpha
     client.train(_train_message(spec), Context(run_id=1, node_id=7, node_config={"partition-id": SITE},
                                                state=context.state, run_config=frozen))
-    second = records.from_record(context.state[records.PERSONAL_STATE])
+    second = load_site_state(1, SITE_NAME, records.PERSONAL_STATE)
 
     # Assert: the reply is the deployed mixture (U-Net layout); the state holds v_k and alpha_k, and round 2
     # continued from round 1's alpha (kept fixed there) rather than restarting at apfl-alpha
@@ -57,7 +59,7 @@ def test_apfl_keeps_its_local_model_and_alpha_on_the_node_and_resumes_from_them(
     assert float(second[ALPHA_KEY]) == float(first[ALPHA_KEY])
 
 
-def test_softpull_leaves_no_node_state():
+def test_softpull_leaves_no_site_state():
     # Prepare
     context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(), run_config=TINY)
 
@@ -66,3 +68,4 @@ def test_softpull_leaves_no_node_state():
 
     # Assert
     assert records.PERSONAL_STATE not in context.state
+    assert load_site_state(1, SITE_NAME, records.PERSONAL_STATE) is None

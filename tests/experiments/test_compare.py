@@ -38,3 +38,13 @@ def test_centralized_and_local_rows_cover_every_site_and_the_table_lists_them(tm
 def test_a_bad_setting_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="image-size = 48"):
         main(["--methods", "centralized", "--seeds", "0", "--run-config", "image-size=48", "--out", str(tmp_path)])
+
+
+def test_rows_are_labelled_by_the_normalization_that_ran():
+    from experiments.compare import method_label
+    from fedsm_core.config import RunConfig
+
+    assert method_label("FedBN", RunConfig(strategy="fedbn")) == "FedBN"
+    assert method_label("FedAvg", RunConfig(strategy="fedavg")) == "FedAvg"
+    assert method_label("FedAvg", RunConfig(strategy="fedavg", segmentation_norm="batch")) == "FedAvg (BatchNorm)"
+    assert method_label("Centralized", RunConfig(segmentation_norm="batch")) == "Centralized (BatchNorm)"

@@ -17,17 +17,25 @@ SITES = ("north", "south")
 
 
 class FakeGrid:
-    """A grid whose nodes answer the site query with fixed site indices (None: no answer in time)."""
+    """Deployment nodes named by their node config (None: the node never answers)."""
 
     def __init__(self, claims: dict[int, int | None]):
-        self.claims = claims  # node id -> the site index it claims
+        self.claims = claims  # node id -> the site index its node config names
 
     def get_node_ids(self) -> list[int]:
         return list(self.claims)
 
     def send_and_receive(self, messages, timeout):
-        return [reply(msg.metadata.dst_node_id, {records.SITE: _site(self.claims[msg.metadata.dst_node_id])},
-                      MessageType.QUERY) for msg in messages if self.claims[msg.metadata.dst_node_id] is not None]
+        replies = []
+        for msg in messages:
+            index = self.claims[msg.metadata.dst_node_id]
+            if index is None:
+                continue
+            asked = msg.content[records.CONFIG][records.ASK]
+            content = {records.NODE: records.to_config({"site-name": SITES[index]})} if asked == records.ASK_NODE \
+                else {records.SITE: _site(index)}
+            replies.append(reply(msg.metadata.dst_node_id, content, MessageType.QUERY))
+        return replies
 
 
 def _site(index: int):
@@ -47,11 +55,11 @@ def test_each_site_claimed_once_maps_nodes_to_sites():
 
 def test_two_nodes_claiming_one_site_stop_the_run_and_name_both():
     # Execute / Assert
-    with pytest.raises(RuntimeError, match=r"nodes 11 and 12 both report site 'north'"):
+    with pytest.raises(ValueError, match=r"nodes 11 and 12 were both started as site 'north'"):
         discover_sites(FakeGrid({11: 0, 12: 0, 21: 1}), SITES, timeout=1)
 
 
 def test_a_site_nobody_claims_stops_the_run():
     # Execute / Assert: node 12 is connected but does not answer
-    with pytest.raises(RuntimeError, match=r"no node answered for site\(s\) \['south'\]"):
+    with pytest.raises(RuntimeError, match=r"did not answer"):
         discover_sites(FakeGrid({11: 0, 12: None}), SITES, timeout=1)

@@ -175,10 +175,11 @@ def test_traffic_bytes_of_the_fake_round_by_hand():
     strategy, _, _ = _run(first_round=1, num_rounds=1, eval_every=1)
 
     # Assert: w is two float64 = 128-byte .npy header + 16; config "server-round" 8 bytes, "split" "val" 3;
-    # training replies add loss + num-examples (16), evaluation replies dice + num-images (16)
+    # every sent message names its site ("site-a": 6 bytes); training replies add loss + num-examples (16),
+    # evaluation replies dice + num-images (16)
     sizes = {(r["stage"], r["direction"]): (r["bytes"], r["array-bytes"]) for r in strategy.traffic.rows}
-    assert sizes == {("train", "sent"): (152, 144), ("train", "received"): (160, 144),
-                     ("evaluate", "sent"): (147, 144), ("evaluate", "received"): (16, 0)}
+    assert sizes == {("train", "sent"): (158, 144), ("train", "received"): (160, 144),
+                     ("evaluate", "sent"): (153, 144), ("evaluate", "received"): (16, 0)}
 
 
 def test_run_times_each_round_and_each_exchange():

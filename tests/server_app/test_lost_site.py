@@ -1,0 +1,66 @@
+"""A lost site is named once per round, by its site name, also when the SuperLink answers for it."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+from _server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
+from flwr.app import Error, Message, MessageType
+
+from client_app import records
+from server_app.fedavg_strategy import FedAvgStrategy
+
+SUPERLINK_NODE_ID = 1  # the node id Flower's SuperLink puts on the error replies it writes itself
+NODE_UNAVAILABLE = "Error: Node Unavailable - The destination node failed to report a heartbeat"
+LOST = 102  # site-b's node
+
+
+def superlink_error(outgoing: Message) -> Message:
+    """What the SuperLink returns for a message to a node that stopped: its own error, from itself."""
+    answer = Message(Error(code=5, reason=NODE_UNAVAILABLE), reply_to=outgoing)
+    answer.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+    answer.metadata.__dict__["_dst_node_id"] = SUPERLINK_NODE_ID
+    return answer
+
+
+class LossyGrid:
+    """Gives each message an id as Flower's grids do when pushing; node 102 has stopped."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid4())
+            node = message.metadata.dst_node_id
+            if node == LOST:
+                replies.append(superlink_error(message))
+            elif message.metadata.message_type == MessageType.TRAIN:
+                replies.append(reply(node, {records.GLOBAL: records.to_record(w(1.0, 2.0)),
+                                            records.METRICS: train_metrics(10)}, MessageType.TRAIN))
+            else:
+                replies.append(reply(node, {records.METRICS: eval_metrics(0.5)}, MessageType.EVALUATE))
+        return replies
+
+
+def test_a_site_answered_for_by_the_superlink_is_named_once_per_round_by_its_site_name():
+    # Prepare
+    evaluations = EvaluationLog()
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, 1, 2, evaluations)
+
+    # Execute: two rounds, each with training and validation
+    strategy.run(LossyGrid(), 1, 10.0, lambda r: None)
+
+    # Assert: one entry per round, for site-b, saying the SuperLink answered; no "node 1" anywhere
+    assert [(r, site) for r, site, _ in strategy.missed] == [(1, "site-b"), (2, "site-b")]
+    assert all("unreachable" in why and "Node Unavailable" in why for _, _, why in strategy.missed)
+    assert strategy.evaluation_gaps["val"] == {"site-b": f"unreachable, the SuperLink answered for it: "
+                                                         f"{NODE_UNAVAILABLE}"}
+    assert [sorted(per_site) for _, _, per_site in evaluations.calls] == [["site-a", "site-c"]] * 2
+
+
+def test_the_test_gaps_name_sites_without_any_reply():
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, 1, 1, EvaluationLog())
+    only_a = [reply(101, {records.METRICS: eval_metrics(0.5)}, MessageType.EVALUATE)]
+
+    strategy.collect_evaluation(1, "test", only_a)
+
+    assert strategy.evaluation_gaps["test"] == {"site-b": "no reply", "site-c": "no reply"}

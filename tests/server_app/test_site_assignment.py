@@ -1,0 +1,96 @@
+"""Which node serves which site: shared out in simulation, named in deployment; discovery through a fake grid."""
+
+from __future__ import annotations
+
+import pytest
+from _server_fakes import reply
+from flwr.app import MessageType
+
+from client_app import records
+from server_app.discovery import discover_sites
+from server_app.site_assignment import assign_sites
+
+SITES = tuple(f"site-{k}" for k in range(1, 7))
+
+
+def simulated(count: int) -> dict[int, dict[str, object]]:
+    """``count`` simulated nodes with ids 100 + partition."""
+    return {100 + p: {"partition-id": p, "num-partitions": count} for p in range(count)}
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [
+    (2, [100, 101, 100, 101, 100, 101]),    # site k -> partition k mod 2
+    (6, [100, 101, 102, 103, 104, 105]),    # one node per site
+    (8, [100, 101, 102, 103, 104, 105]),    # nodes 106 and 107 stay idle
+    (1, [100] * 6),
+])
+def test_any_number_of_simulated_nodes_serves_every_site(nodes, expected):
+    assignment = assign_sites(simulated(nodes), SITES)
+
+    assert [assignment.node_of_site[k] for k in range(6)] == expected
+    assert assignment.missing == () and assignment.simulated
+
+
+def test_a_simulated_node_that_has_not_registered_leaves_its_sites_missing():
+    identities = simulated(2)
+    del identities[101]
+
+    assert assign_sites(identities, SITES).missing == ("site-2", "site-4", "site-6")
+
+
+def test_named_nodes_serve_their_own_site_and_the_others_are_missing():
+    assignment = assign_sites({7: {"site-name": "site-3"}, 9: {"site-name": "site-1"}}, SITES)
+
+    assert assignment.node_of_site == {2: 7, 0: 9}
+    assert assignment.missing == ("site-2", "site-4", "site-5", "site-6") and not assignment.simulated
+
+
+@pytest.mark.parametrize(("identities", "match"), [
+    ({7: {"site-name": "nowhere"}}, r"node 7 was started as site 'nowhere'.*--node-config"),
+    ({7: {"site-name": "site-1"}, 8: {"site-name": "site-1"}}, r"nodes 7 and 8 were both started as site 'site-1'"),
+    ({7: {"site-name": "site-1"}, 8: {"partition-id": 0, "num-partitions": 2}}, "use one kind"),
+    ({7: {}}, r"nodes \[7\] name neither a site nor a partition"),
+    ({}, "no node answered"),
+])
+def test_nodes_that_cannot_serve_the_dataset_fail_at_once_naming_the_fix(identities, match):
+    with pytest.raises(ValueError, match=match):
+        assign_sites(identities, SITES)
+
+
+class SimulationGrid:
+    """Two simulated nodes; they answer who they are and, per routed site, a made-up data summary."""
+
+    def __init__(self) -> None:
+        self.site_queries: list[tuple[int, str]] = []
+
+    def get_node_ids(self):
+        return [100, 101]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for number, message in enumerate(messages):
+            message.metadata.__dict__["_message_id"] = f"m{number}"
+            node = message.metadata.dst_node_id
+            if message.content[records.CONFIG]["ask"] == "node":
+                content = {records.NODE: records.to_config({"partition-id": node - 100, "num-partitions": 2})}
+            else:
+                site = str(message.content[records.ROUTE]["site-name"])
+                self.site_queries.append((node, site))
+                content = {records.SITE: records.to_config({
+                    "site-index": SITES.index(site), "site-name": site, "num-train": 10 + SITES.index(site),
+                    "num-val": 2, "num-test": 2, "pixel-count": 1, "pixel-mean": [0.0], "pixel-var": [1.0]})}
+            answer = reply(node, content, MessageType.QUERY)
+            answer.metadata.__dict__["_reply_to_message_id"] = f"m{number}"
+            replies.append(answer)
+        return replies
+
+
+def test_discovery_with_two_simulated_nodes_asks_each_site_through_its_node():
+    grid = SimulationGrid()
+
+    nodes = discover_sites(grid, SITES, timeout=5.0)
+
+    assert [(n.site_name, n.node_id, n.num_train) for n in nodes] == [
+        ("site-1", 100, 10), ("site-2", 101, 11), ("site-3", 100, 12),
+        ("site-4", 101, 13), ("site-5", 100, 14), ("site-6", 101, 15)]
+    assert sorted(grid.site_queries) == sorted((n.node_id, n.site_name) for n in nodes)

@@ -1,0 +1,41 @@
+"""FedBN keeps batch-norm statistics local: ``segmentation-norm = auto`` and its refusal of group norm."""
+
+from __future__ import annotations
+
+import pytest
+import torch.nn as nn
+
+from fedsm_core.algorithms.fedbn import local_entries
+from fedsm_core.config import RunConfig
+from fedsm_core.models.spec import run_model_spec
+
+
+@pytest.mark.parametrize(("strategy", "norm", "expected"), [
+    ("fedbn", "auto", "batch"),      # FedBN's point: batch-norm statistics stay at the site
+    ("fedavg", "auto", "group"),
+    ("fedsm", "auto", "group"),
+    ("fedavg", "batch", "batch"),
+    ("fedbn", "batch", "batch"),
+])
+def test_auto_norm_is_batch_for_fedbn_and_group_otherwise(strategy, norm, expected):
+    assert RunConfig(strategy=strategy, segmentation_norm=norm).model_norm == expected
+
+
+def test_the_default_config_gives_fedbn_a_batch_norm_unet_whose_running_statistics_stay_local():
+    # Prepare
+    config = RunConfig.from_mapping({"strategy": "fedbn"})
+
+    # Execute
+    model = run_model_spec(config, 2, 3).build_segmentation()
+
+    # Assert
+    kinds = {type(m) for m in model.modules()}
+    assert nn.BatchNorm2d in kinds and nn.GroupNorm not in kinds
+    local = local_entries(model)
+    assert any(key.endswith("running_mean") for key in local)
+    assert any(key.endswith("running_var") for key in local)
+
+
+def test_group_norm_with_fedbn_is_refused_naming_both_keys():
+    with pytest.raises(ValueError, match=r"segmentation-norm = 'group' with strategy = 'fedbn'.*not FedBN"):
+        RunConfig.from_mapping({"strategy": "fedbn", "segmentation-norm": "group"})
