@@ -26,6 +26,7 @@ SELECTOR_STATISTICS = "selector-statistics"
 # What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
 ASK = "ask"
 ASK_SITE = "site"
+DEVICE_STATE = "device-logged"
 SEPARATOR = "|"
 
 

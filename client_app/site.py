@@ -54,3 +54,24 @@ def node_data_paths(node_config: Mapping[str, object]) -> dict[str, str]:
         raise ValueError("node config has data-path but no site-name; start the SuperNode with "
                          "--node-config \"site-name='<site>' data-path='<folder>'\"")
     return {str(node_config["site-name"]): str(node_config["data-path"])}
+
+
+def node_device(node_config: Mapping[str, object], run_device: str) -> str:
+    """The device this node trains on: its node config's ``device``, else the run config's.
+
+    A SuperNode on a machine with several GPUs pins one with
+    ``--node-config "... device='cuda:1'"``; every other node keeps the run's
+    ``device`` (``auto`` by default).
+
+    Raises
+    ------
+    ValueError
+        When the node config's ``device`` is empty.
+    """
+    if "device" not in node_config:
+        return run_device
+    device = str(node_config["device"]).strip()
+    if not device:
+        raise ValueError("node config device = '' is empty; start the SuperNode with --node-config "
+                         "\"... device='cuda:1'\" (or 'cuda', 'cpu', 'auto'), or leave the key out")
+    return device
