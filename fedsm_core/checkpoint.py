@@ -26,8 +26,7 @@ CHECKPOINT_FORMAT = "fedsm-checkpoint/1"
 CHECKPOINT_FILE = "checkpoint.pt"
 # Keys that may differ between the interrupted run and the resumed one.
 RESUMABLE_CHANGES = frozenset({
-    "num-server-rounds", "resume-from", "output-dir", "round-timeout", "device", "precision", "deterministic",
-    "torch-threads", "min-replies",
+    "num-server-rounds", "resume-from", "output-dir", "round-timeout", "device", "torch-threads", "min-replies",
 })
 
 
