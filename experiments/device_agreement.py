@@ -26,7 +26,6 @@ import numpy as np
 from experiments.in_process import prepare, train_round
 from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.config import RunConfig
-from fedsm_core.device import configure_backends
 
 RELATIVE_TOLERANCE = 1e-2
 # Small and quick on the CPU: 6 sites, 4 minibatches each, three models stepped on each.
@@ -92,8 +91,7 @@ def fedsm_models(federation) -> dict[str, Weights]:
 def one_round(device: str, settings: dict[str, object]) -> tuple[dict[str, Weights], dict[str, Weights]]:
     """Models before and after one FedSM round on ``device``, from the seeds of ``settings``."""
     config = RunConfig.from_mapping({**ROUND_SETTINGS, **settings, "device": device})
-    federation = prepare(config)
-    configure_backends(federation.device, config.deterministic, config.precision)
+    federation = prepare(config)  # also sets the CUDA switches: deterministic cuDNN, no TF32
     before = fedsm_models(federation)
     train_round(federation, 1)
     return before, fedsm_models(federation)

@@ -60,7 +60,8 @@ def configure_backends(device: torch.device, deterministic: bool, precision: str
     tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.cuda.set_device(device)
+    if device.index is not None:  # a pinned GPU (cuda:1) becomes the default of autocast, pinning and new tensors
+        torch.cuda.set_device(device)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:

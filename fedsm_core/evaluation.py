@@ -8,6 +8,7 @@ import torch
 
 from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel, routed_scores
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.device import to_device
 from fedsm_core.metrics import DiceAccumulator, dice_per_image
 from fedsm_core.training.batches import iterate_batches
 
@@ -73,7 +74,7 @@ def _per_image_scores(
     keys = ("confidence", "site", "global", "routed", "personal", "super", "super-route")
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        images, masks = images.to(device), masks.to(device)
+        images, masks = to_device(images, device), to_device(masks, device)
         probs = torch.softmax(super_model.selector(images), dim=1)
         routes = super_model.routes(probs)
         global_dice = dice_per_image(super_model.global_model(images), masks)
@@ -113,5 +114,5 @@ def evaluate_model(
     model.eval().to(device)
     scores = DiceAccumulator()
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        scores.add(dice_per_image(model(images.to(device)), masks.to(device)))
+        scores.add(dice_per_image(model(to_device(images, device)), to_device(masks, device)))
     return {name: scores.mean(), "num-images": float(len(data.images))}

@@ -68,6 +68,24 @@ def test_cpu_copies_and_backends_are_left_alone():
     assert describe_device(torch.device("cpu"), "fp32").startswith("cpu (")
 
 
+@pytest.mark.parametrize(("device", "selected"), [("cuda", []), ("cuda:1", [torch.device("cuda", 1)])])
+def test_cuda_backend_switches_and_the_pinned_gpu(monkeypatch, device, selected):
+    # Prepare: no GPU needed, the switches are plain flags; restore them afterwards
+    for module, name in [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "deterministic"),
+                         (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")]:
+        monkeypatch.setattr(module, name, getattr(module, name))
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+
+    # Execute
+    configure_backends(torch.device(device), deterministic=False, precision="fp32")
+
+    # Assert
+    assert torch.backends.cudnn.benchmark is True and torch.backends.cudnn.deterministic is False
+    assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert calls == selected  # plain "cuda" keeps the current GPU (set_device would reject it)
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_copy_is_pinned_and_lands_on_the_gpu():
