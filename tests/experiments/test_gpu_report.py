@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-from experiments.gpu_check import failed
-from experiments.gpu_report import format_report, write_report
+from _gpu_results import FAKE
 
-FAKE = {
-    "environment": {"gpus": ["Fake GPU 80GB"], "torch": "2.x", "cuda": "12.x", "cudnn": 90000},
-    "command": "python -m experiments.gpu_check --out x",
-    "tests": {"status": 0, "summary": "7 passed in 3.0s"},
-    "simulation": {
-        "overrides": "image-size=256", "client-gpu-share": 0.1666, "round-seconds": [20.0, 10.0, 12.5],
-        "train-seconds": [8.0, 5.0, 4.0], "train-images-per-round": 400, "busy-share": {0: 0.72},
-        "samples": 120, "wall-seconds": 70.0, "peak-memory-mib": {"4242 ray::ClientAppActor": 3100.0},
-    },
-    "agreement": {"tolerance": 0.01, "settings": {"image-size": 64}, "models": [
-        {"model": "global", "update-norm": 0.5, "relative": 2e-6, "max-abs": 1e-7, "agrees": True},
-        {"model": "selector", "update-norm": 0.2, "relative": 0.3, "max-abs": 1e-2, "agrees": False},
-    ]},
-}
+from experiments.gpu_report import format_report, write_report
 
 
 def test_report_states_every_measurement_and_the_verdicts(tmp_path):
@@ -48,5 +34,4 @@ def test_low_busy_share_and_failed_parts_are_reported():
     assert "mean 35%: BELOW the 60% target" in text
     assert "Failed: RuntimeError: boom" in text
     assert "FAILED (pytest exit status 1)" in text
-    assert failed(results) == ["gpu tests failed", "agreement failed"]
-    assert failed(FAKE) == ["CPU and GPU rounds disagree"]
+

@@ -201,7 +201,7 @@ def test_bf16_fedsm_round_on_the_cpu_runs_in_bfloat16_and_sends_float32(method, 
     _assert_float32_weights(update.global_weights, segmentation)
     _assert_float32_weights(update.personal_weights, segmentation)
     _assert_float32_weights(update.selector_weights, selector)
-    assert all(value.dtype != np.float16 and value.dtype != torch.bfloat16 for value in update.selector_optimizer.values())
+    assert all(value.dtype == np.float32 for value in update.selector_optimizer.values() if value.dtype.kind == "f")
 
 
 def test_bf16_round_with_proximal_term_and_control_variates_on_the_cpu_sends_float32():
