@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from logging import INFO
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common import log
 
 from client_app import records
-from client_app.site import node_data_paths, node_identity, site_of_message
+from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
@@ -28,10 +30,11 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
-from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.device import configure_backends, describe_device, select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
+from fedsm_core.training.precision import resolve_precision
 
 app = ClientApp()
 
@@ -42,7 +45,20 @@ def _setup(msg: Message, context: Context) -> tuple[RunConfig, DatasetInfo, int,
     info = training_dataset(config.dataset, config.held_out_site, node_data_paths(context.node_config))
     route = msg.content[records.ROUTE] if records.ROUTE in msg.content else None
     site_index = site_of_message(route, context.node_config, info.site_names)
-    return config, info, site_index, select_device(config.device)
+    device = select_device(node_device(context.node_config, config.device))
+    precision = resolve_precision(config.precision, device)
+    configure_backends(device, config.deterministic, precision)
+    _log_device_once(context, info.site_names[site_index], device, precision)
+    return config, info, site_index, device
+
+
+def _log_device_once(context: Context, site: str, device: torch.device, precision: str) -> None:
+    """Log, once per run and node, where this site trains (the node's state outlives each message)."""
+    if records.DEVICE_STATE in context.state:
+        return
+    line = describe_device(device, precision)
+    context.state[records.DEVICE_STATE] = ConfigRecord({"device": line})
+    log(INFO, "site %s trains on %s", site, line)
 
 
 def _load_site(config: RunConfig, context: Context, site_index: int) -> SiteSplits:

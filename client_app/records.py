@@ -29,6 +29,7 @@ SELECTOR_STATISTICS = "selector-statistics"
 ASK = "ask"
 ASK_SITE = "site"
 ASK_NODE = "node"  # which site the node is named as, or its simulated partition
+DEVICE_STATE = "device-logged"
 SEPARATOR = "|"
 
 

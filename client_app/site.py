@@ -105,3 +105,24 @@ def node_identity(node_config: Mapping[str, object]) -> dict[str, int | str]:
                 "num-partitions": int(node_config["num-partitions"])}  # type: ignore[arg-type]
     raise ValueError("this node has neither 'site-name' nor 'partition-id' in its node config; start the SuperNode "
                      "with --node-config \"site-name=<site>\"")
+
+
+def node_device(node_config: Mapping[str, object], run_device: str) -> str:
+    """The device this node trains on: its node config's ``device``, else the run config's.
+
+    A SuperNode on a machine with several GPUs pins one with
+    ``--node-config "... device='cuda:1'"``; every other node keeps the run's
+    ``device`` (``auto`` by default).
+
+    Raises
+    ------
+    ValueError
+        When the node config's ``device`` is empty.
+    """
+    if "device" not in node_config:
+        return run_device
+    device = str(node_config["device"]).strip()
+    if not device:
+        raise ValueError("node config device = '' is empty; start the SuperNode with --node-config "
+                         "\"... device='cuda:1'\" (or 'cuda', 'cpu', 'auto'), or leave the key out")
+    return device

@@ -11,7 +11,9 @@
 # Waits up to $WAIT_S s (default 30) for the SuperLink to accept the node ("SuperNode ID" in
 # the log); exits 1 with the end of the log when the SuperNode exits (e.g. an unregistered
 # key), keeps it running (retrying) when it merely has not connected yet.
-# Environment: FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S.
+# Environment: FLWR_HOME (default STATE_DIR/flwr-home), WAIT_S, SUPERNODE_DEVICE (node config
+#   device: cuda:N pins one GPU of a multi-GPU machine; unset, the run's device, auto by default,
+#   trains on the first GPU torch sees, else the CPU).
 set -euo pipefail
 usage() { sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 2; }
 [ $# -eq 6 ] || usage
@@ -27,6 +29,12 @@ state="$(cd "$6" && pwd)"
 for file in ca.crt "supernode-$site"; do
   [ -f "$cred/$file" ] || { echo "start-supernode: $cred/$file is missing" >&2; exit 1; }
 done
+node_config="site-name='$site' data-path='$data'"
+if [ -n "${SUPERNODE_DEVICE:-}" ]; then
+  [[ "$SUPERNODE_DEVICE" =~ ^(auto|cpu|cuda(:[0-9]+)?)$ ]] || {
+    echo "start-supernode: SUPERNODE_DEVICE='$SUPERNODE_DEVICE' must be auto, cpu, cuda or cuda:N" >&2; exit 2; }
+  node_config="$node_config device='$SUPERNODE_DEVICE'"
+fi
 . "$here/../scripts/offline-env.sh"
 export FLWR_HOME="${FLWR_HOME:-$state/flwr-home}"
 mkdir -p "$FLWR_HOME"
@@ -40,7 +48,7 @@ cd "$state"
 : >"$log"
 setsid nohup flower-supernode --root-certificates "$cred/ca.crt" --superlink "$address" --port "$port" \
   --auth-supernode-private-key "$cred/supernode-$site" \
-  --node-config "site-name='$site' data-path='$data'" </dev/null >>"$log" 2>&1 &
+  --node-config "$node_config" </dev/null >>"$log" 2>&1 &
 pid=$!
 echo "$pid" >"$pidfile"
 

@@ -138,7 +138,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
              for i, name in enumerate(info.site_names)}
     spec = run_model_spec(config, len(info.structures), info.num_sites)
     settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
-                             augmentation=config.augmentation)
+                             augmentation=config.augmentation, precision=config.precision)
     epochs = config.num_server_rounds * config.local_epochs
     device = select_device(config.device)
     validation = {name: s.val for name, s in sites.items()}

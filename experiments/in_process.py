@@ -30,11 +30,12 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics, pool_channel_statistics
-from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.device import configure_backends, select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_super_model
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.training.precision import resolve_precision
 
 
 @dataclasses.dataclass
@@ -72,7 +73,9 @@ def prepare(config: RunConfig) -> Federation:
     selector.set_input_statistics(pixels.mean, pixels.std)
     fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
                   config.selector_weighting, config.personalization)
-    return Federation(config, sites, spec, fedsm, select_device(config.device))
+    device = select_device(config.device)
+    configure_backends(device, config.deterministic, resolve_precision(config.precision, device))  # as the ClientApp
+    return Federation(config, sites, spec, fedsm, device)
 
 
 def train_round(federation: Federation, server_round: int) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsm_core.data.synthetic_copies import fundus_site_count
+from fedsm_core.training.precision import PRECISIONS
 
 STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra", "harmofl", "fedbn")
 # Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
@@ -84,6 +85,8 @@ class RunConfig:
     eval_every: int = 5
     output_dir: str = "runs"
     device: str = "auto"
+    precision: str = "auto"
+    deterministic: bool = False
     torch_threads: int = 1
     round_timeout: float = 3600.0
     min_replies: int = 1
@@ -94,6 +97,7 @@ class RunConfig:
         if not self.dataset.endswith(".toml") and fundus_site_count(self.dataset) is None:
             _check_choice("dataset", self.dataset, DATASETS)
         _check_choice("device", self.device, DEVICES)
+        _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
         if self.strategy == "fedbn" and self.segmentation_norm == "group":

@@ -8,6 +8,7 @@ import torch
 
 from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel, routed_scores
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.device import to_device
 from fedsm_core.metrics import ImageScores, dice_per_image, has_foreground, predicts_foreground, split_scores
 from fedsm_core.training.batches import iterate_batches
 
@@ -110,7 +111,7 @@ def _per_image_scores(
             "global-any", "routed-any", "super-any", "personal-any")
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        images, masks = images.to(device), masks.to(device)
+        images, masks = to_device(images, device), to_device(masks, device)
         probs = torch.softmax(super_model.selector(images), dim=1)
         routes = super_model.routes(probs)
         global_logits = super_model.global_model(images)
@@ -161,5 +162,5 @@ def evaluate_model(
     model.eval().to(device)
     scores = ImageScores()
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        scores.add(model(images.to(device)), masks.to(device))
+        scores.add(model(to_device(images, device)), to_device(masks, device))
     return {**scores.result(name), "num-images": float(len(data.images))}

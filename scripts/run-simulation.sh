@@ -9,9 +9,15 @@
 #   FEDSM_RUNS       where run folders go (default: runs/ in the project)
 #   NUM_SUPERNODES   simulated SuperNodes (default: one per site of the run's dataset); any number
 #                    works: with fewer, a node serves several sites
-#   RAY_CPUS         CPUs Ray may use (default: 2)
+#   RAY_CPUS         CPUs Ray may use (default: the machine's core count, at most
+#                    NUM_SUPERNODES * CLIENT_CPUS, since more would only start idle workers)
 #   CLIENT_CPUS      CPUs per simulated client (default: 1); RAY_CPUS / CLIENT_CPUS clients
 #                    train at once, each a worker process of ~2 GB at 128 px
+#   CLIENT_GPUS      GPU share per simulated client (default: auto). auto: when torch sees a
+#                    GPU, the share that lets the clients running at once split the visible
+#                    GPUs (1/6 each for 6 clients on one GPU); otherwise 0. 0 trains on the CPU
+#                    (the GPUs are then hidden from the run). Ray hides every GPU from a client
+#                    that requests none, so without a share device=auto means the CPU.
 #
 # The settings are checked first (`fedsm check-config`: sites, softpull-lambda against 1/K,
 # data folders, held-out site); a problem stops the script before flwr starts anything.
@@ -48,9 +54,20 @@ stop_superlink() {
 stop_superlink  # a SuperLink left from an earlier run keeps that run's environment
 trap stop_superlink EXIT
 
+resources="$(python -m fedsm_core.simulation_resources --num-supernodes "${NUM_SUPERNODES:-$sites}" \
+  --ray-cpus "${RAY_CPUS:-$(nproc)}" --client-cpus "${CLIENT_CPUS:-1}" --client-gpus "${CLIENT_GPUS:-auto}")" \
+  || { echo "run-simulation: fix the setting named above" >&2; exit 2; }
+FEDERATION_CONFIG=""; CLIENT_GPU_SHARE=""
+eval "$resources"  # FEDERATION_CONFIG and CLIENT_GPU_SHARE, shell-quoted by the module
+if [ "$CLIENT_GPU_SHARE" = "0" ]; then
+  # RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0 (offline-env.sh) leaves GPUs visible to workers that
+  # requested none; hide them, so that clients without a share really train on the CPU.
+  export CUDA_VISIBLE_DEVICES=""
+fi
+
 log="$(mktemp)"
 flwr run . --stream \
-  --federation-config "num-supernodes=${NUM_SUPERNODES:-$sites} client-resources-num-cpus=${CLIENT_CPUS:-1} init-args-num-cpus=${RAY_CPUS:-2}" \
+  --federation-config "$FEDERATION_CONFIG" \
   --run-config "output-dir='$runs' $overrides" 2>&1 | tee "$log"
 run_id="$(grep -oE 'Successfully started run [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -n 1 || true)"
 rm -f "$log"

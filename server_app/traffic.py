@@ -26,7 +26,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 TRAFFIC_FILE = "traffic.csv"
 TIMING_FILE = "timing.csv"
 TRAFFIC_COLUMNS = ("round", "stage", "site", "direction", "bytes", "array-bytes")
-TIMING_COLUMNS = ("round", "part", "seconds")
+# ``ended`` is Unix time (s): it lines a part up with samples taken by other tools (GPU use, memory).
+TIMING_COLUMNS = ("round", "part", "seconds", "ended")
 SENT, RECEIVED = "sent", "received"
 NUMBER_BYTES = 8
 
@@ -67,7 +68,7 @@ class TrafficLog:
 
     Rows of ``rows``: ``round, stage, site, direction, bytes, array-bytes``, one
     per message (``stage`` is the message type, or a label such as ``test``).
-    Rows of ``timings``: ``round, part, seconds``.
+    Rows of ``timings``: ``round, part, seconds, ended`` (Unix time at the end of the part).
     """
 
     def __init__(self) -> None:
@@ -92,9 +93,14 @@ class TrafficLog:
             self.rows.append({"round": server_round, "stage": stage, "site": site,
                               "direction": direction, "bytes": total, "array-bytes": arrays})
 
-    def add_time(self, server_round: int, part: str, seconds: float) -> None:
-        """Record the wall time of one part (``train``, ``evaluate``, ``round``, ...) of a round."""
-        self.timings.append({"round": server_round, "part": part, "seconds": round(seconds, 4)})
+    def add_time(self, server_round: int, part: str, seconds: float, ended: float | None = None) -> None:
+        """Record the wall time of one part (``train``, ``evaluate``, ``round``, ...) of a round.
+
+        ``ended`` (Unix time) defaults to now, the usual case of a part that just finished.
+        """
+        ended = time.time() if ended is None else ended
+        self.timings.append({"round": server_round, "part": part, "seconds": round(seconds, 4),
+                             "ended": round(ended, 3)})
 
     def timed(self, server_round: int, part: str) -> _Timer:
         """Context manager that records the wall time of its block as ``part`` of ``server_round``."""

@@ -112,6 +112,7 @@ def test_wrong_type_raises_type_error_naming_the_key(key, value):
         ("strategy", "fedavgm", "strategy = 'fedavgm' is not one of"),
         ("dataset", "prostate", "dataset = 'prostate' is not one of"),
         ("device", "tpu", "device = 'tpu' is not one of"),
+        ("precision", "fp8", r"precision = 'fp8' is not one of \['auto', 'fp32', 'bf16', 'fp16'\]"),
         ("gamma", 1.01, "gamma = 1.01 is outside"),
         ("num-server-rounds", 0, "num-server-rounds = 0 is outside"),
         ("batch-size", 0, "batch-size = 0 is outside"),

@@ -39,6 +39,7 @@ class TrainSettings:
     augmentation: str = "flip"
     personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
     perturbation_alpha: float = 0.0
+    precision: str = "fp32"
 
 
 def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
@@ -54,6 +55,7 @@ def round_settings(config: RunConfig, server_round: int, site_index: int) -> Tra
         augmentation=config.augmentation,
         personalization=PersonalizationSettings.from_run_config(config),
         perturbation_alpha=config.active_perturbation_alpha,
+        precision=config.precision,
     )
 
 
@@ -128,7 +130,7 @@ def train_fedsm_client(
         learners.append(selector_step)
     metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
-                             settings.augmentation)
+                             settings.augmentation, settings.precision)
     update = FedSMUpdate(
         global_weights=get_weights(global_model),
         personal_weights=personal.deployed(lambda: iterate_batches(data, settings.batch_size, shuffle=False)),

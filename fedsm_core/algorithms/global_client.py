@@ -78,6 +78,6 @@ def train_global_client(
     learner = Learner("global", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss, hooks=hooks)
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
-                             settings.augmentation)
+                             settings.augmentation, settings.precision)
     control = scaffold.new_client_control(model) if scaffold is not None else None
     return GlobalUpdate(get_weights(model), len(data.images), control), metrics

@@ -66,6 +66,7 @@ def train_on_arrays(
             1,
             settings.max_local_steps,
             device,
+            settings.precision,
         )
         if on_epoch is not None and validation:
             per_site = {site: evaluate_model(model, split, device=device) for site, split in validation.items()}

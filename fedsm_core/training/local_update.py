@@ -3,7 +3,10 @@
 FedSM steps three models on each minibatch (global copy, personalized model,
 selector); FedProx adds a proximal term, Scaffold corrects gradients. All of them
 are :class:`Learner` objects driven by :func:`train_local`, each with its own
-:class:`TrainingHook` list, so no algorithm carries a copy of the loop.
+:class:`TrainingHook` list, so no algorithm carries a copy of the loop. The
+loop also owns the numeric precision (:mod:`fedsm_core.training.precision`):
+every learner's forward pass runs under the run's autocast, and float16 steps
+go through a gradient scaler, whatever the algorithm.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import torch
 import torch.nn as nn
 
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.device import to_device
 from fedsm_core.training.batches import iterate_batches
+from fedsm_core.training.precision import FP32, StepPrecision, step_precision
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 BatchFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -74,31 +79,37 @@ class Learner:
     batch_fn: BatchFn = segmentation_batch
     hooks: Sequence[TrainingHook] = ()
 
-    def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
-        """One optimizer step on one minibatch; returns the data loss."""
+    def step(self, images: torch.Tensor, masks: torch.Tensor, precision: StepPrecision = FP32) -> torch.Tensor:
+        """One optimizer step on one minibatch; returns the data loss (a detached scalar tensor).
+
+        The loss stays a tensor so that a CUDA step does not wait for the GPU;
+        :func:`train_local` reads the sums once, at the end.
+        """
         self.model.train()
         inputs, targets = self.batch_fn(images, masks)
 
         def closure() -> torch.Tensor:
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self.loss_fn(self.model(inputs), targets)
-            total = loss
-            for hook in self.hooks:
-                extra = hook.extra_loss(self.model)
-                if extra is not None:
-                    total = total + extra
-            total.backward()
+            with precision.autocast():
+                loss = self.loss_fn(self.model(inputs), targets)
+                total = loss
+                for hook in self.hooks:
+                    extra = hook.extra_loss(self.model)
+                    if extra is not None:
+                        total = total + extra
+            precision.backward(total)
             return loss
 
         loss = closure()
         for hook in self.hooks:
             hook.regrade(self.model, closure)
+        precision.unscale(self.model, self.optimizer)
         for hook in self.hooks:
             hook.after_backward(self.model)
-        self.optimizer.step()
+        precision.step(self.optimizer)
         for hook in self.hooks:
             hook.after_step(self.model)
-        return float(loss.detach())
+        return loss.detach()
 
 
 def train_local(
@@ -107,6 +118,7 @@ def train_local(
     epochs: int,
     max_steps: int = 0,
     device: torch.device | str = "cpu",
+    precision: str = "fp32",
 ) -> dict[str, float]:
     """Run local epochs; every learner takes one step on every minibatch.
 
@@ -122,7 +134,11 @@ def train_local(
     max_steps : int
         Stop after this many minibatches in total; 0 means no limit.
     device : torch.device or str
-        Where the batches are moved.
+        Where the batches are moved (from pinned memory, without blocking, on CUDA).
+    precision : str
+        One of :data:`fedsm_core.training.precision.PRECISIONS`; ``auto`` is
+        resolved for ``device``. Each learner gets its own gradient scaler
+        under ``fp16``.
 
     Returns
     -------
@@ -131,19 +147,22 @@ def train_local(
     """
     if not learners:
         raise ValueError("train_local: no learners given")
-    sums = {learner.name: 0.0 for learner in learners}
+    amps = [step_precision(precision, device) for _ in learners]
+    # Losses stay on the device until the end: reading one per step would make the CPU wait for the GPU.
+    sums: dict[str, torch.Tensor | float] = {learner.name: 0.0 for learner in learners}
     steps = 0
     for _ in range(epochs):
         for images, masks in batches():
-            images, masks = images.to(device), masks.to(device)
-            for learner in learners:
-                sums[learner.name] += learner.step(images, masks)
+            images, masks = to_device(images, device), to_device(masks, device)
+            for learner, amp in zip(learners, amps, strict=True):
+                loss = learner.step(images, masks, amp)
+                sums[learner.name] = sums[learner.name] + loss.detach().to(torch.float64)
             steps += 1
             if 0 < max_steps <= steps:
                 break
         if 0 < max_steps <= steps:
             break
-    metrics = {f"loss-{name}": total / max(steps, 1) for name, total in sums.items()}
+    metrics = {f"loss-{name}": float(total) / max(steps, 1) for name, total in sums.items()}
     metrics["steps"] = float(steps)
     return metrics
 
@@ -157,11 +176,13 @@ def train_on_split(
     seed: int,
     device: torch.device | str = "cpu",
     augmentation: str = "flip",
+    precision: str = "fp32",
 ) -> dict[str, float]:
     """:func:`train_local` over shuffled, augmented minibatches of one site's split.
 
     ``seed`` fixes the order and augmentation, so a round is reproducible;
-    ``augmentation`` is a policy of :mod:`fedsm_core.data.augment`.
+    ``augmentation`` is a policy of :mod:`fedsm_core.data.augment`;
+    ``precision`` is passed to :func:`train_local`.
     """
     generator = torch.Generator().manual_seed(seed)
     return train_local(
@@ -170,4 +191,5 @@ def train_on_split(
         epochs,
         max_steps,
         device,
+        precision,
     )

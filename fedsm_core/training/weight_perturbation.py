@@ -43,7 +43,7 @@ class WeightPerturbation(TrainingHook):
         if not params:
             return
         norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params))
-        if float(norm) == 0.0:
+        if not 0.0 < float(norm) < float("inf"):  # also an overflowed float16 step: the scaler skips it
             return
         with torch.no_grad():
             deltas = [self.alpha * p.grad / norm for p in params]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from flwr.app import Context, Message, MessageType, RecordDict
 
 from client_app import app as client
@@ -130,6 +131,37 @@ def test_evaluate_reports_dice_and_selector_accuracy_in_range():
     sweep = metrics["dice-super-sweep"]
     assert len(sweep) == 3 and sweep[2] == pytest.approx(metrics["dice-global"])
     assert sweep[1] == pytest.approx(metrics["dice-super"])
+
+
+def test_site_logs_its_device_once_per_run(monkeypatch):
+    # Prepare
+    lines = []
+    monkeypatch.setattr(client, "log", lambda level, text, *args: lines.append(text % args))
+    context = _context()
+    msg = _message({records.CONFIG: records.to_config({"ask": "site"})}, MessageType.QUERY)
+
+    # Execute: the node's state outlives each message, so the second message logs nothing
+    client.query(msg, context)
+    client.query(msg, context)
+
+    # Assert
+    site_name = dataset_info("synthetic-fundus").site_names[SITE]
+    assert len(lines) == 1 and lines[0].startswith(f"site {site_name} trains on ")
+    assert ("cuda" if torch.cuda.is_available() else "cpu") in lines[0]
+    assert records.DEVICE_STATE in context.state
+
+
+def test_cuda_run_config_on_a_worker_without_gpu_names_the_gpu_share_settings(monkeypatch):
+    # Prepare: a Ray worker given no GPU share (Ray hid the GPUs)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
+                      run_config={**TINY, "device": "cuda"})
+    msg = _message({records.CONFIG: records.to_config({"ask": "site"})}, MessageType.QUERY)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=r"device = 'cuda' but this process sees no CUDA GPU.*"
+                                         r"CLIENT_GPUS=auto.*client-resources-num-gpus"):
+        client.query(msg, context)
 
 
 def test_site_is_taken_from_site_name_before_partition_id():

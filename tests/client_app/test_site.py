@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client_app.site import node_data_paths, resolve_site_index
+from client_app.site import node_data_paths, node_device, resolve_site_index
 
 SITES = ("siteA", "siteB", "siteC")
 
@@ -38,3 +38,14 @@ def test_unknown_site_name_and_out_of_range_partition_are_errors():
         resolve_site_index({"partition-id": 3}, SITES)
     with pytest.raises(ValueError, match="neither 'site-name' nor 'partition-id'"):
         resolve_site_index({}, SITES)
+
+
+def test_node_config_device_pins_this_node_and_wins_over_the_run_config():
+    assert node_device({"site-name": "siteA", "device": "cuda:1"}, "auto") == "cuda:1"
+    assert node_device({"site-name": "siteA"}, "auto") == "auto"
+    assert node_device({"partition-id": 0}, "cpu") == "cpu"
+
+
+def test_empty_node_config_device_tells_how_to_start_the_node():
+    with pytest.raises(ValueError, match=r"node config device = '' is empty.*device='cuda:1'"):
+        node_device({"site-name": "siteA", "device": " "}, "auto")

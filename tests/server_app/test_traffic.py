@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 
 import numpy as np
 import pytest
@@ -84,12 +85,27 @@ def test_the_log_names_the_site_by_direction_and_counts_error_replies_as_empty()
     ]
 
 
+def test_timed_part_ends_now_in_unix_time():
+    # Prepare
+    log = TrafficLog()
+    before = time.time()
+
+    # Execute
+    with log.timed(2, "train"):
+        pass
+
+    # Assert
+    (row,) = log.timings
+    assert row["round"] == 2 and row["part"] == "train"
+    assert before - 0.001 <= row["ended"] <= time.time() + 0.001
+
+
 def test_write_creates_both_csv_files(tmp_path):
     # Prepare
     log = TrafficLog()
     log.add_messages(1, "evaluate", SENT, [Message(_content(), message_type=MessageType.EVALUATE,
                                                    dst_node_id=7)], {})
-    log.add_time(1, "round", 2.123456)
+    log.add_time(1, "round", 2.123456, ended=1_800_000_000.12345)
 
     # Execute
     log.write(tmp_path)
@@ -100,4 +116,5 @@ def test_write_creates_both_csv_files(tmp_path):
             {"round": "1", "stage": "evaluate", "site": "node 7", "direction": "sent", "bytes": "505",
              "array-bytes": "445"}]
     with (tmp_path / "timing.csv").open() as handle:
-        assert list(csv.DictReader(handle)) == [{"round": "1", "part": "round", "seconds": "2.1235"}]
+        assert list(csv.DictReader(handle)) == [{"round": "1", "part": "round", "seconds": "2.1235",
+                                                  "ended": "1800000000.123"}]

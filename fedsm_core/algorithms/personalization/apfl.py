@@ -100,7 +100,8 @@ class AlphaStep(TrainingHook):
     def after_step(self, model: nn.Module) -> None:
         """Step and clip ``alpha``, then clear its gradient (the learner's optimizer does not own it)."""
         alpha = model.alpha
-        if alpha.grad is not None and self.lr > 0:
+        # A float16 step that overflowed (skipped by the scaler) leaves a non-finite gradient: skip alpha's too.
+        if alpha.grad is not None and self.lr > 0 and bool(torch.isfinite(alpha.grad).all()):
             with torch.no_grad():
                 alpha.sub_(self.lr * alpha.grad).clamp_(0.0, 1.0)
         alpha.grad = None

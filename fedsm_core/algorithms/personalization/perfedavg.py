@@ -23,6 +23,7 @@ images, no augmentation). The server keeps each reply as it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
@@ -33,6 +34,7 @@ from fedsm_core.algorithms.aggregation import Weights
 from fedsm_core.algorithms.personalization.base import Batches, PersonalStart, PersonalTrainer
 from fedsm_core.models.weights import get_weights
 from fedsm_core.training.local_update import Learner, LossFn
+from fedsm_core.training.precision import FP32, StepPrecision
 
 
 def split_batch(inputs: torch.Tensor, targets: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
@@ -89,20 +91,28 @@ class FOMAMLLearner(Learner):
     alpha: float = 0.01
     inner_steps: int = 1
 
-    def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
-        """One FO-MAML step on one minibatch; returns the outer loss ``f(theta_tmp; D')``."""
+    def step(self, images: torch.Tensor, masks: torch.Tensor, precision: StepPrecision = FP32) -> torch.Tensor:
+        """One FO-MAML step on one minibatch; returns the outer loss ``f(theta_tmp; D')``.
+
+        The outer loss runs under ``precision``; the inner steps too, except
+        under a gradient scaler (float16), where their unscaled gradients
+        could flush to zero and they run in float32 instead.
+        """
         self.model.train()
         inputs, targets = self.batch_fn(images, masks)
         (inner_x, inner_y), (outer_x, outer_y) = split_batch(inputs, targets)
         params = [p for p in self.model.parameters() if p.requires_grad]
         meta = [p.detach().clone() for p in params]
-        sgd_steps(self.model, inner_x, inner_y, self.loss_fn, self.alpha, self.inner_steps)
+        with precision.autocast() if precision.scaler is None else contextlib.nullcontext():
+            sgd_steps(self.model, inner_x, inner_y, self.loss_fn, self.alpha, self.inner_steps)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(outer_x), outer_y)
-        loss.backward()
+        with precision.autocast():
+            loss = self.loss_fn(self.model(outer_x), outer_y)
+        precision.backward(loss)
         _restore(params, meta)
-        self.optimizer.step()
-        return float(loss.detach())
+        precision.unscale(self.model, self.optimizer)
+        precision.step(self.optimizer)
+        return loss.detach()
 
 
 def _restore(params: Sequence[nn.Parameter], values: Sequence[torch.Tensor]) -> None:

@@ -31,6 +31,7 @@ import torch.nn as nn
 from fedsm_core.algorithms.fedprox import ProximalTerm
 from fedsm_core.algorithms.personalization.base import PersonalStart, PersonalTrainer
 from fedsm_core.training.local_update import Learner
+from fedsm_core.training.precision import FP32, StepPrecision
 
 
 class MoreauEnvelope(ProximalTerm):
@@ -68,11 +69,11 @@ class PFedMeLearner(Learner):
     inner_steps: int = 5
     eta: float = 0.005
 
-    def step(self, images: torch.Tensor, masks: torch.Tensor) -> float:
+    def step(self, images: torch.Tensor, masks: torch.Tensor, precision: StepPrecision = FP32) -> torch.Tensor:
         """One pFedMe local step on one minibatch; returns the mean data loss of the inner steps."""
         if self.envelope is None or self.envelope not in self.hooks:
             raise ValueError("PFedMeLearner: its MoreauEnvelope must be given as envelope and among its hooks")
-        losses = [super(PFedMeLearner, self).step(images, masks) for _ in range(self.inner_steps)]
+        losses = [super(PFedMeLearner, self).step(images, masks, precision) for _ in range(self.inner_steps)]
         self.envelope.pull_anchor(self.model, self.eta)
         return sum(losses) / len(losses)
 

@@ -1,0 +1,109 @@
+"""One FedSM round on two devices from the same seeds, and how far the resulting weights are apart.
+
+Both runs go through :mod:`experiments.in_process` (the app's core functions
+without Flower): the same data, the same initial super model, the same
+per-(round, site) seeds, in float32 with TF32 off and deterministic cuDNN.
+What can still differ is the order of floating-point sums inside kernels, so
+the round's updates ``delta = w_after - w_before`` must agree closely, not
+bit for bit.
+
+Tolerance (stated before any GPU run, not fitted to one): for every model
+(global, each personalized model, selector),
+``||delta_b - delta_a||_2 <= RELATIVE_TOLERANCE * ||delta_a||_2``.
+Adam's step is ``m / (sqrt(v) + eps)``: a relative change ``r`` of a gradient
+changes the step by about ``r``, and float32 sums in another order differ by
+about 1e-6 relative, so 1 % leaves wide room for summation order and none for
+a real bug (a wrong dtype, a lost hook, an unsynchronised copy), which moves
+updates by tens of percent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from experiments.in_process import prepare, train_round
+from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.config import RunConfig
+
+RELATIVE_TOLERANCE = 1e-2
+# Small and quick on the CPU: 6 sites, 4 minibatches each, three models stepped on each.
+ROUND_SETTINGS = {"image-size": 64, "data-scale": 0.25, "max-local-steps": 4, "num-server-rounds": 1,
+                  "precision": "fp32", "deterministic": True, "torch-threads": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAgreement:
+    """How one model's round update on device B compares with device A's."""
+
+    model: str
+    update_norm: float
+    difference_norm: float
+    max_abs_difference: float
+
+    @property
+    def relative(self) -> float:
+        """``||delta_b - delta_a|| / ||delta_a||`` (0 when neither moved)."""
+        if self.update_norm == 0.0:
+            return 0.0 if self.difference_norm == 0.0 else float("inf")
+        return self.difference_norm / self.update_norm
+
+    @property
+    def agrees(self) -> bool:
+        """Within :data:`RELATIVE_TOLERANCE`."""
+        return self.relative <= RELATIVE_TOLERANCE
+
+
+def compare_updates(model: str, before: Weights, after_a: Weights, after_b: Weights) -> ModelAgreement:
+    """Compare the updates ``after - before`` of two runs over the floating-point arrays, in float64.
+
+    Raises
+    ------
+    ValueError
+        When the three weight sets do not hold the same names.
+    """
+    if not set(before) == set(after_a) == set(after_b):
+        raise ValueError(f"{model}: the weights of the two runs hold different arrays "
+                         f"({sorted(set(after_a) ^ set(after_b))})")
+    update_sq = difference_sq = 0.0
+    max_abs = 0.0
+    for name, start in before.items():
+        if np.asarray(start).dtype.kind != "f":
+            continue  # step counters of batch normalization
+        start64 = np.asarray(start, dtype=np.float64)
+        delta_a = np.asarray(after_a[name], dtype=np.float64) - start64
+        delta_b = np.asarray(after_b[name], dtype=np.float64) - start64
+        update_sq += float(np.sum(delta_a**2))
+        difference_sq += float(np.sum((delta_b - delta_a) ** 2))
+        max_abs = max(max_abs, float(np.max(np.abs(delta_b - delta_a), initial=0.0)))
+    return ModelAgreement(model, update_sq**0.5, difference_sq**0.5, max_abs)
+
+
+def fedsm_models(federation) -> dict[str, Weights]:
+    """The server's models after aggregation: global, each personalized model, selector."""
+    fedsm = federation.fedsm
+    models = {"global": fedsm.global_weights, "selector": fedsm.selector_weights}
+    models.update({f"personalized {site}": fedsm.personalized[site] for site in fedsm.site_names})
+    return {name: {key: np.array(value, copy=True) for key, value in weights.items()} for name, weights in models.items()}
+
+
+def one_round(device: str, settings: dict[str, object]) -> tuple[dict[str, Weights], dict[str, Weights]]:
+    """Models before and after one FedSM round on ``device``, from the seeds of ``settings``."""
+    config = RunConfig.from_mapping({**ROUND_SETTINGS, **settings, "device": device})
+    federation = prepare(config)  # also sets the CUDA switches: deterministic cuDNN, no TF32
+    before = fedsm_models(federation)
+    train_round(federation, 1)
+    return before, fedsm_models(federation)
+
+
+def compare_devices(device_a: str = "cpu", device_b: str = "cuda",
+                    settings: dict[str, object] | None = None) -> list[ModelAgreement]:
+    """One round on each device from the same seeds; one :class:`ModelAgreement` per model."""
+    settings = settings or {}
+    before, after_a = one_round(device_a, settings)
+    before_b, after_b = one_round(device_b, settings)
+    for name, weights in before.items():  # the same start, or the comparison means nothing
+        if any(not np.array_equal(weights[key], before_b[name][key]) for key in weights):
+            raise RuntimeError(f"{name} starts from different weights on {device_a} and {device_b}")
+    return [compare_updates(name, before[name], after_a[name], after_b[name]) for name in before]
