@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where results.csv and table.md go")
     parser.add_argument("--gamma-selection", default="per-model", choices=["per-model", "validation", ""],
                         help="also score FedSM's saved super model with this rule ('' = no)")
+    parser.add_argument("--only-finished", action="store_true",
+                        help="tabulate the runs that finished and start none")
     parser.add_argument("--runs", type=Path, default=None, help="run folders (default: runs/<name of --out>)")
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
@@ -160,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     for done, (method, seed) in enumerate(jobs):
         folder_runs = runs / f"{method}-seed{seed}"
         folder = finished_folder(folder_runs)
+        if folder is None and args.only_finished:
+            print(f"[study] {method} seed {seed}: no finished run under {folder_runs}; skipped", flush=True)
+            continue
         if folder is None:
             settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
             folder = launch_run(settings, folder_runs, f"study {method} seed {seed}")
