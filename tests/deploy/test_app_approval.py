@@ -16,22 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from _harness import PRIVATE_HOST, PUBLIC_HOST, Deployment, free_ports, require_tools, write_probe_app
+from _harness import PRIVATE_HOST, PUBLIC_HOST, free_ports, write_probe_app
 
 pytestmark = pytest.mark.deployment
 
 CONNECTION = "loopback"
 RUN_TIMEOUT_S = 300
-
-
-@pytest.fixture
-def deployment(tmp_path):
-    require_tools("openssl", "ssh-keygen", "nginx")
-    deployment = Deployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.stop_all()
 
 
 def _wait_for_text(path: Path, text: str, timeout: float = 60) -> None:

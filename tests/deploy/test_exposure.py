@@ -33,16 +33,6 @@ ACQUIRE_TASK = "/v1/runtime/acquire-task"
 RUN_TIMEOUT_S = 300
 
 
-@pytest.fixture
-def deployment(tmp_path):
-    require_tools("openssl", "ssh-keygen", "nginx")
-    deployment = Deployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.stop_all()
-
-
 def _wait_for_port(address: str, timeout: float = 60) -> None:
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout

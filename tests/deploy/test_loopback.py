@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _harness import PRIVATE_HOST, PUBLIC_HOST, Deployment, free_ports, require_tools
+from _harness import PRIVATE_HOST, PUBLIC_HOST, free_ports
 from fedsm_core.bundle import load_bundle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,16 +33,6 @@ SITES = ("north", "south", "east")
 INTRUDER = "intruder"
 CONNECTION = "loopback"
 RUN_TIMEOUT_S = 1200  # two tiny rounds took 6 min on a busy 2-core machine
-
-
-@pytest.fixture
-def deployment(tmp_path):
-    require_tools("openssl", "ssh-keygen", "nginx")
-    deployment = Deployment(tmp_path)
-    try:
-        yield deployment
-    finally:
-        deployment.stop_all()
 
 
 def test_three_authenticated_sites_train_over_tls_and_an_unregistered_key_is_refused(deployment, tmp_path):
