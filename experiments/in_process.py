@@ -18,13 +18,12 @@ import dataclasses
 import resource
 import time
 
-import numpy as np
 import torch
 
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
 from fedsm_core.algorithms.selector_head import selector_statistics
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, pool_sweeps
+from fedsm_core.algorithms.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.super_model import Gamma, SuperModel
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -131,16 +130,7 @@ def evaluate(federation: Federation, split: str, gamma: Gamma) -> dict[str, dict
 
 def chosen_gamma(config: RunConfig, validation: dict[str, dict[str, float | list[float]]]) -> Gamma:
     """``gamma`` of the run config, or the choice on the last validation sweeps (``gamma-selection``)."""
-    if config.gamma_selection == "fixed" or not validation:
-        return config.gamma
-    sweeps = {site: (m["dice-super-sweep"], float(m["num-images"]) - float(m.get("num-empty", 0.0)))
-              for site, m in validation.items()}
-    pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
-    if config.gamma_selection == "validation":
-        return pooled
-    gains = np.sum([m["routing-gain-sweep"] for m in validation.values()], axis=0).tolist()
-    counts = np.sum([m["routed-count-sweep"] for m in validation.values()], axis=0).tolist()
-    return choose_model_gammas(gains, counts, GAMMA_GRID, pooled)
+    return select_gamma(config.gamma_selection, validation, config.gamma)
 
 
 def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:

@@ -12,7 +12,7 @@ from flwr.serverapp import Grid
 
 from client_app import records
 from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps
+from fedsm_core.algorithms.gamma import GAMMA_GRID, describe_gamma, pool_sweeps, select_gamma
 from fedsm_core.algorithms.selector_head import SelectorStatistics
 from fedsm_core.algorithms.super_model import Gamma, check_gamma
 from server_app.discovery import SiteNode
@@ -207,37 +207,32 @@ class FedSMStrategy(SiteStrategy):
         not at the configured one. The last round's choice is the run's
         gamma, used on test and saved.
         """
-        sweeps = {site: (values["dice-super-sweep"], _with_foreground(per_site[site]))
-                  for site, values in lists.items() if "dice-super-sweep" in values and site in per_site}
-        if not sweeps or self.gamma_selection == "fixed":
+        swept = {site: {**per_site[site], **values} for site, values in lists.items()
+                 if "dice-super-sweep" in values and site in per_site}
+        if not swept or self.gamma_selection == "fixed":
             return
-        pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
-        if self.gamma_selection == "per-model" and all("routing-gain-sweep" in lists[site] for site in sweeps):
-            self._restate_per_model(per_site, {site: lists[site] for site in sweeps}, pooled)
+        self.gamma = select_gamma(self.gamma_selection, swept, self.gamma)
+        if isinstance(self.gamma, tuple):
+            self._restate_per_model(per_site, swept)
             return
-        self.gamma = pooled
-        index = GAMMA_GRID.index(pooled)
-        for site in sweeps:
-            per_site[site]["dice-super"] = lists[site]["dice-super-sweep"][index]
-            if "share-global-sweep" in lists[site]:
-                per_site[site]["share-global"] = lists[site]["share-global-sweep"][index]
-            per_site[site]["gamma"] = pooled
+        index = GAMMA_GRID.index(self.gamma)
+        for site, values in swept.items():
+            per_site[site]["dice-super"] = values["dice-super-sweep"][index]
+            if "share-global-sweep" in values:
+                per_site[site]["share-global"] = values["share-global-sweep"][index]
+            per_site[site]["gamma"] = self.gamma
 
-    def _restate_per_model(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]],
-                           pooled: float) -> None:
-        """One gamma per personalized model from the summed gain sweeps; each site's Dice restated exactly."""
+    def _restate_per_model(self, per_site: dict[str, dict[str, float]], swept: dict[str, dict[str, object]]) -> None:
+        """Each site's Dice and share routed to global at the chosen gamma per model, from its gain sweeps."""
         size = len(GAMMA_GRID)
-        gains = {site: np.reshape(values["routing-gain-sweep"], (-1, size)) for site, values in lists.items()}
-        counts = {site: np.reshape(values["routed-count-sweep"], (-1, size)) for site, values in lists.items()}
-        self.gamma = choose_model_gammas(np.sum(list(gains.values()), axis=0).ravel().tolist(),
-                                         np.sum(list(counts.values()), axis=0).ravel().tolist(), GAMMA_GRID, pooled)
         chosen = [(model, GAMMA_GRID.index(gamma)) for model, gamma in enumerate(self.gamma)]
-        for site, metrics in per_site.items():
-            if site not in gains:
-                continue
-            gain = sum(gains[site][m, g] for m, g in chosen)
+        for site, values in swept.items():
+            gains = np.reshape(values["routing-gain-sweep"], (-1, size))
+            counts = np.reshape(values["routed-count-sweep"], (-1, size))
+            metrics = per_site[site]
+            gain = sum(gains[m, g] for m, g in chosen)
             metrics["dice-super"] = metrics["dice-global"] + gain / max(_with_foreground(metrics), 1.0)
-            metrics["share-global"] = 1.0 - sum(counts[site][m, g] for m, g in chosen) / max(metrics["num-images"], 1.0)
+            metrics["share-global"] = 1.0 - sum(counts[m, g] for m, g in chosen) / max(metrics["num-images"], 1.0)
             metrics["gamma"] = self.gamma[self.fedsm.site_names.index(site)]
 
     def finish_validation(self) -> list[str]:

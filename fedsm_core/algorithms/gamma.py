@@ -85,3 +85,25 @@ def describe_gamma(gamma: float | Sequence[float], site_names: Sequence[str]) ->
     if isinstance(gamma, (list, tuple)):
         return ", ".join(f"{name} {g:.2f}" for name, g in zip(site_names, gamma, strict=True))
     return f"{gamma:.2f}"
+
+
+def select_gamma(rule: str, validation: Mapping[str, Mapping[str, object]], default: float) -> float | tuple[float, ...]:
+    """The run's gamma from one validation round's per-site metrics, by ``gamma-selection`` rule.
+
+    ``validation`` maps each site to its evaluation metrics with the sweeps
+    (:func:`fedsm_core.evaluation.evaluate_super_model`). ``fixed`` keeps
+    ``default``; ``validation`` is :func:`choose_gamma` on the pooled sweep,
+    each site weighted by its images with foreground; ``per-model`` is
+    :func:`choose_model_gammas` on the gains summed over sites (sites
+    without per-model sweeps make it fall back to ``validation``).
+    """
+    if rule == "fixed" or not validation:
+        return default
+    sweeps = {site: (m["dice-super-sweep"], float(m.get("num-images", 0.0)) - float(m.get("num-empty", 0.0)))
+              for site, m in validation.items()}
+    pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
+    if rule != "per-model" or not all("routing-gain-sweep" in m for m in validation.values()):
+        return pooled
+    gains = np.sum([m["routing-gain-sweep"] for m in validation.values()], axis=0).tolist()
+    counts = np.sum([m["routed-count-sweep"] for m in validation.values()], axis=0).tolist()
+    return choose_model_gammas(gains, counts, GAMMA_GRID, pooled)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedsm_core.algorithms.gamma import GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps
+from fedsm_core.algorithms.gamma import (
+    GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps, select_gamma,
+)
 
 
 def test_pooled_sweep_weights_sites_by_images_and_picks_the_best_gamma():
@@ -49,3 +51,15 @@ def test_model_gammas_maximise_each_models_gain_and_fall_back_without_evidence()
     assert describe_gamma(chosen[:2], ["a", "b"]) == "a 0.50, b 1.00"
     with pytest.raises(ValueError, match="gains"):
         choose_model_gammas(gains[:-1], counts, gammas, 0.5)
+
+
+def test_select_gamma_follows_the_rule_and_weights_sites_by_images_with_foreground():
+    # a: 2 images, 1 empty -> weight 1, best at gamma 0; b: 3 images -> weight 3, best at 1.0
+    a = {"dice-super-sweep": [0.9] + [0.1] * 20, "num-images": 2.0, "num-empty": 1.0}
+    b = {"dice-super-sweep": [0.2] * 20 + [0.5], "num-images": 3.0}
+    validation = {"a": a, "b": b}
+    # gamma 0: (0.9 + 0.6) / 4 = 0.375; gamma 1: (0.1 + 1.5) / 4 = 0.4
+    assert select_gamma("validation", validation, 0.5) == 1.0
+    assert select_gamma("fixed", validation, 0.5) == 0.5
+    # per-model without per-model sweeps falls back to the pooled choice
+    assert select_gamma("per-model", validation, 0.5) == 1.0
