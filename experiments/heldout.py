@@ -40,10 +40,18 @@ from fedsm_core.device import select_device, set_cpu_threads
 
 
 def train_without(site: str, overrides: dict[str, object], out: Path) -> Path:
-    """A FedSM run on every site but ``site``; returns its bundle path."""
+    """A FedSM run on every site but ``site``; returns its bundle path.
+
+    A finished run (a ``super_model.pt``) already under ``out/runs/without-<site>``
+    is reused, so an interrupted ``--site all`` continues where it stopped.
+    """
+    runs = out / "runs" / f"without-{site}"
+    finished = sorted(runs.glob("*/super_model.pt"), key=lambda p: p.stat().st_mtime) if runs.is_dir() else []
+    if finished:
+        print(f"[heldout {site}] reusing {finished[-1]}", flush=True)
+        return finished[-1]
     settings = {**overrides, "strategy": "fedsm", "held-out-site": site}
-    folder = launch_run(settings, out / "runs" / f"without-{site}", f"heldout {site}")
-    return folder / "super_model.pt"
+    return launch_run(settings, runs, f"heldout {site}") / "super_model.pt"
 
 
 def evaluate_held_out(site: str, bundle: Path, config: RunConfig, temperature_scaling: bool) -> tuple[HeldOutResult, dict]:
