@@ -15,18 +15,37 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from client_app import records
+from app_protocol import records
+from app_protocol.evaluate_messages import (
+    decode_evaluation,
+    decode_query,
+    decode_statistics_query,
+    encode_metrics,
+    encode_node_reply,
+    encode_site_reply,
+    encode_statistics_reply,
+)
+from app_protocol.train_messages import (
+    FEDSM_KEYS,
+    TrainRequest,
+    decode_personalized,
+    decode_train,
+    encode_fedsm_reply,
+    encode_model_reply,
+    encode_selector_reply,
+)
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
-from fedsm_core.algorithms.fedsm import FedSMPayload
-from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
-from fedsm_core.algorithms.fedsm_extra import extra_spec, train_extra_selector_client
-from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.knn_per import evaluate_knn_per
-from fedsm_core.algorithms.knn_per_settings import KNNPerSettings
-from fedsm_core.algorithms.selector_head import selector_statistics
-from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
+from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.fedsm_extra import train_extra_selector_client
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
+from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
+from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
+from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
 from fedsm_core.config import RunConfig
+from fedsm_core.methods import METHODS, Method
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
@@ -43,7 +62,7 @@ def _setup(msg: Message, context: Context) -> tuple[RunConfig, DatasetInfo, int,
     config = RunConfig.from_mapping(context.run_config)
     set_cpu_threads(config.torch_threads)
     info = training_dataset(config.dataset, config.held_out_site, node_data_paths(context.node_config))
-    route = msg.content[records.ROUTE] if records.ROUTE in msg.content else None
+    route = msg.content[records.ROUTE] if records.ROUTE in msg.content else None  # read by site_of_message
     site_index = site_of_message(route, context.node_config, info.site_names)
     device = select_device(node_device(context.node_config, config.device))
     precision = resolve_precision(config.precision, device)
@@ -83,20 +102,15 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 def query(msg: Message, context: Context) -> Message:
     """Who this node is (``ask = node``), a site's data size and pixel statistics (``ask = site``, the
     default), or the embedding statistics of a selector it is sent (``ask = selector-statistics``)."""
-    asked = str(msg.content[records.CONFIG].get(records.ASK, records.ASK_SITE)) if records.CONFIG in msg.content \
-        else records.ASK_SITE
+    asked = decode_query(msg.content)
     if asked == records.ASK_NODE:
-        return Message(RecordDict({records.NODE: records.to_config(node_identity(context.node_config))}),
-                       reply_to=msg)
+        return Message(encode_node_reply(node_identity(context.node_config)), reply_to=msg)
     if asked == records.SELECTOR_STATISTICS:
         return Message(selector_statistics_reply(msg, context), reply_to=msg)
-    if asked != records.ASK_SITE:
-        raise ValueError(f"query: unknown ask '{asked}'; expected '{records.ASK_NODE}', '{records.ASK_SITE}' or "
-                         f"'{records.SELECTOR_STATISTICS}'")
     config, info, site_index, _ = _setup(msg, context)
     site = _load_site(config, context, site_index)
     pixels = channel_statistics(site.train.images)
-    reply = records.to_config(
+    reply = encode_site_reply(
         {
             "site-index": site_index,
             "site-name": info.site_names[site_index],
@@ -108,115 +122,106 @@ def query(msg: Message, context: Context) -> Message:
             "pixel-var": list(pixels.var),
         }
     )
-    return Message(RecordDict({records.SITE: reply}), reply_to=msg)
+    return Message(reply, reply_to=msg)
 
 
 def selector_statistics_reply(msg: Message, context: Context) -> RecordDict:
     """Sums of the received selector's embeddings of the training split, for fitting its head on the server."""
-    content = msg.content
     config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
     selector = _spec(config, info).build_selector()
-    set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
+    set_weights(selector, decode_statistics_query(msg.content), "selector")
     statistics = selector_statistics(selector, site.train, config.augmentation != "none", config.batch_size * 2,
                                      device)
-    return RecordDict({records.SELECTOR_STATISTICS: records.to_record(statistics.to_arrays())})
+    return encode_statistics_reply(statistics.to_arrays())
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteJob:
+    """One site's training job: the decoded message and everything the trainers need."""
+
+    request: TrainRequest
+    context: Context
+    config: RunConfig
+    spec: ModelSpec
+    site: SiteSplits
+    site_index: int
+    settings: TrainSettings
+    device: torch.device
+
+    @property
+    def method(self) -> Method:
+        """The run's row of the table of methods."""
+        return METHODS[self.config.strategy]
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One round of local training for the run's strategy."""
+    """One round of local training for the run's method."""
     config, info, site_index, device = _setup(msg, context)
-    site = _load_site(config, context, site_index)
-    settings = round_settings(config, int(msg.content[records.CONFIG]["server-round"]), site_index)
+    request = decode_train(msg.content)
+    settings = round_settings(config, request.server_round, site_index)
     torch.manual_seed(settings.seed)
-    phase = str(msg.content[records.CONFIG].get("phase", ""))
-    if phase == "selector":
-        trainer = train_extra_selector
-    elif config.strategy in ("fedsm", "fedsm-extra"):
-        trainer = train_fedsm
-    else:
-        trainer = train_single_model
-    reply = trainer(msg.content, context, config, _spec(config, info), site, site_index, settings, device)
-    return Message(reply, reply_to=msg)
+    job = SiteJob(request, context, config, _spec(config, info), _load_site(config, context, site_index),
+                  site_index, settings, device)
+    trainer = train_extra_selector if request.phase == "selector" else TRAINERS[job.method.family]
+    return Message(trainer(job), reply_to=msg)
 
 
-def train_fedsm(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
+def train_fedsm(job: SiteJob) -> RecordDict:
     """FedSM's Algorithm 1 on the local training split."""
-    payload = FedSMPayload(
-        global_weights=records.from_record(content[records.GLOBAL]),
-        personal_weights=records.from_record(content[records.PERSONAL]),
-        selector_weights=records.from_record(content[records.SELECTOR]),
-        selector_optimizer=records.from_record(content[records.SELECTOR_OPTIMIZER]),
-    )
-    if config.strategy == "fedsm-extra":  # its selector is trained only in the extra rounds
+    settings = job.settings
+    if job.method.extra_selector:  # its selector is trained only in the extra rounds
         settings = dataclasses.replace(settings, train_selector=False)
     # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
-    client_state = load_site_state(context.run_id, site.name, records.PERSONAL_STATE) or {}
-    update, metrics = train_fedsm_client(payload, site_index, site.train, spec, settings, device, client_state)
+    client_state = load_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE) or {}
+    payload = FedSMPayload(*(job.request.weights[key] for key in FEDSM_KEYS))
+    update, metrics = train_fedsm_client(payload, job.site_index, job.site.train, job.spec, settings, job.device,
+                                         client_state)
     if update.client_state:
-        save_site_state(context.run_id, site.name, records.PERSONAL_STATE, update.client_state)
-    return RecordDict(
-        {
-            records.GLOBAL: records.to_record(update.global_weights),
-            records.PERSONAL: records.to_record(update.personal_weights),
-            records.SELECTOR: records.to_record(update.selector_weights),
-            records.SELECTOR_OPTIMIZER: records.to_record(update.selector_optimizer),
-            records.METRICS: records.to_metrics({**metrics, "num-examples": update.num_examples}),
-        }
-    )
+        save_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE, update.client_state)
+    return encode_fedsm_reply(update, metrics)
 
 
-def train_extra_selector(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
+def train_extra_selector(job: SiteJob) -> RecordDict:
     """FedSM-extra's extra round: train the K + 1-output selector toward each image's best model."""
     weights, moments, metrics = train_extra_selector_client(
-        records.from_record(content[records.GLOBAL]),
-        records.models_from_record(content[records.PERSONALIZED], spec.num_sites),
-        records.from_record(content[records.SELECTOR]),
-        records.from_record(content[records.SELECTOR_OPTIMIZER]),
-        site.train, spec, settings, device,
+        job.request.weights[records.GLOBAL], decode_personalized(job.request, job.spec.num_sites),
+        job.request.weights[records.SELECTOR], job.request.weights[records.SELECTOR_OPTIMIZER],
+        job.site.train, job.spec, job.settings, job.device,
     )
-    return RecordDict(
-        {
-            records.SELECTOR: records.to_record(weights),
-            records.SELECTOR_OPTIMIZER: records.to_record(moments),
-            records.METRICS: records.to_metrics({**metrics, "num-examples": len(site.train.images)}),
-        }
-    )
+    return encode_selector_reply(weights, moments, metrics, len(job.site.train.images))
 
 
-def train_single_model(content, context, config, spec, site, site_index, settings, device) -> RecordDict:
-    """FedAvg, FedProx or SCAFFOLD local training of the global model.
+def train_single_model(job: SiteJob) -> RecordDict:
+    """FedAvg, FedProx, HarmoFL, SCAFFOLD or FedBN local training of one model.
 
     SCAFFOLD's client control variate ``c_k`` stays at the site from one
     round to the next, stored per site (:mod:`client_app.site_state`).
     """
-    server_control = client_control = None
-    if records.SERVER_CONTROL in content:
-        server_control = records.from_record(content[records.SERVER_CONTROL])
-        stored = load_site_state(context.run_id, site.name, records.CLIENT_CONTROL_STATE)
+    server_control = job.request.weights.get(records.SERVER_CONTROL)
+    client_control = None
+    if server_control is not None:
+        stored = load_site_state(job.context.run_id, job.site.name, records.CLIENT_CONTROL_STATE)
         client_control = stored if stored is not None else {
             key: np.zeros_like(value) for key, value in server_control.items()
         }
     options = GlobalClientOptions(
-        proximal_mu=config.proximal_mu if config.strategy == "fedprox" else 0.0,
+        proximal_mu=job.config.proximal_mu if job.method.proximal else 0.0,
         server_control=server_control,
         client_control=client_control,
     )
-    update, metrics = train_global_client(
-        records.from_record(content[records.GLOBAL]), site.train, spec, settings, options, device
-    )
-    reply = RecordDict(
-        {
-            records.GLOBAL: records.to_record(update.weights),
-            records.METRICS: records.to_metrics({**metrics, "num-examples": update.num_examples}),
-        }
-    )
+    update, metrics = train_global_client(job.request.weights[records.GLOBAL], job.site.train, job.spec,
+                                          job.settings, options, job.device)
+    delta = None
     if update.client_control is not None and client_control is not None:
         delta = {key: update.client_control[key] - client_control[key] for key in client_control}
-        save_site_state(context.run_id, site.name, records.CLIENT_CONTROL_STATE, update.client_control)
-        reply[records.CONTROL_DELTA] = records.to_record(delta)
-    return reply
+        save_site_state(job.context.run_id, job.site.name, records.CLIENT_CONTROL_STATE, update.client_control)
+    return encode_model_reply(update.weights, metrics, update.num_examples, delta)
+
+
+# The trainer of each family of the table of methods (fedsm_core.methods)
+TRAINERS = {"fedsm": train_fedsm, "global": train_single_model, "site-models": train_single_model}
 
 
 @app.evaluate()
@@ -224,32 +229,23 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Dice on one split: of the global model, or of the whole FedSM super model."""
     config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
-    content = msg.content
-    split = str(content[records.CONFIG]["split"])
-    if split not in ("val", "test"):
-        raise ValueError(f"evaluate: split '{split}' is not 'val' or 'test'")
+    request = decode_evaluation(msg.content, info.num_sites)
     spec = _spec(config, info)
-    global_model = spec.build_segmentation()
-    set_weights(global_model, records.from_record(content[records.GLOBAL]), "global model")
-    data = getattr(site, split)
-    knn = knn_metrics(config, global_model, site, device) if split == "test" and config.knn_per else {}
-    if records.PERSONALIZED not in content:
-        metrics = evaluate_model(global_model, data, config.batch_size * 2, device)
-        return Message(RecordDict({records.METRICS: records.to_metrics({**metrics, **knn})}), reply_to=msg)
-    personalized = []
-    for index, weights in enumerate(records.models_from_record(content[records.PERSONALIZED], info.num_sites)):
+    data = getattr(site, request.split)
+    if request.super_model is None:
         model = spec.build_segmentation()
-        set_weights(model, weights, f"personalized model {index}")
-        personalized.append(model)
-    includes_global = bool(content[records.CONFIG].get("selector-includes-global", False))
-    selector = (extra_spec(spec) if includes_global else spec).build_selector()
-    set_weights(selector, records.from_record(content[records.SELECTOR]), "selector")
-    gamma = content[records.CONFIG]["gamma"]  # one threshold, or one per personalized model
-    super_model = SuperModel(global_model, personalized, selector,
-                             tuple(gamma) if isinstance(gamma, list) else float(gamma), includes_global)
-    gammas = [float(g) for g in content[records.CONFIG].get("gamma-sweep", [])]
-    metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device, gammas)
-    return Message(RecordDict({records.METRICS: records.to_metrics({**metrics, **knn})}), reply_to=msg)
+        set_weights(model, request.global_weights, "global model")
+        knn = knn_metrics(config, model, site, device) if request.split == "test" and config.knn_per else {}
+        return Message(encode_metrics({**evaluate_model(model, data, config.batch_size * 2, device), **knn}),
+                       reply_to=msg)
+    weights = request.super_model
+    super_model = assemble_super_model(spec, request.global_weights, weights.personalized, weights.selector,
+                                       weights.gamma, weights.selector_includes_global, info.site_names)
+    metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device,
+                                   list(weights.gamma_sweep))
+    knn = knn_metrics(config, super_model.global_model, site, device) if request.split == "test" and config.knn_per \
+        else {}
+    return Message(encode_metrics({**metrics, **knn}), reply_to=msg)
 
 
 def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits,

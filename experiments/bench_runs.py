@@ -20,7 +20,7 @@ from statistics import mean
 
 import torch
 
-from client_app import records
+from app_protocol import records
 from experiments.compare import launch_run
 from experiments.peak_memory import PeakMemory
 from fedsm_core.config import RunConfig

@@ -34,27 +34,22 @@ from pathlib import Path
 
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
-from fedsm_core.algorithms.fedsm_client import TrainSettings
-from fedsm_core.algorithms.pooled import concat_arrays, train_on_arrays
+from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.methods import METHODS as METHOD_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
-FEDERATED = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "Scaffold", "fedsm": "FedSM",
-             "fedsm-extra": "FedSM-extra", "fedbn": "FedBN", "harmofl": "HarmoFL",
-             "fedsm-ampnorm": "FedSM + AmpNorm", "knn-per": "kNN-Per"}
-# Methods that are a strategy with extra settings rather than a strategy of their own
-METHOD_SETTINGS: dict[str, dict[str, object]] = {
-    "fedsm-ampnorm": {"strategy": "fedsm", "amplitude-normalization": True},
-    "knn-per": {"strategy": "fedavg", "knn-per": True},  # FedAvg's global model, personalized at test time
-}
-# The model each method deploys; others deploy the global model (FedBN: each site's own model)
-SCORE = {"fedsm": "dice-super", "fedsm-extra": "dice-super", "fedsm-ampnorm": "dice-super",
-         "knn-per": "dice-knn-per"}
+# Every federated method, its display name, score and settings come from the table of methods.
+FEDERATED = {name: row.display for name, row in METHOD_TABLE.items()}
+METHOD_SETTINGS: dict[str, dict[str, object]] = {name: dict(row.settings) for name, row in METHOD_TABLE.items()
+                                                 if row.settings}
+SCORE = {name: row.score for name, row in METHOD_TABLE.items()}
 METHODS = ("centralized", "local", *FEDERATED)
 POOLED = "pooled"
 NORM_NAMES = {"group": "GroupNorm", "batch": "BatchNorm"}

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from experiments.in_process import prepare, train_round
-from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.models.weights import Weights
 from fedsm_core.config import RunConfig
 
 RELATIVE_TOLERANCE = 1e-2

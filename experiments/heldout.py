@@ -31,8 +31,8 @@ from pathlib import Path
 
 from experiments.compare import ROOT, launch_run, parse_overrides
 from experiments.heldout_report import plot_features, plot_gamma_curves, result_rows, result_table
-from fedsm_core.algorithms.held_out import HeldOutResult, analyse_held_out
-from fedsm_core.algorithms.model_scores import score_every_model
+from fedsm_core.analysis.held_out import HeldOutResult, analyse_held_out
+from fedsm_core.analysis.model_scores import score_every_model
 from fedsm_core.bundle import load_bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedsm_core.algorithms.held_out import HeldOutResult, project_2d  # noqa: E402
+from fedsm_core.analysis.held_out import HeldOutResult, project_2d  # noqa: E402
 
 KINDS = ("zero", "bundle", "calibrated", "oracle")
 KIND_LABELS = {"zero": "gamma = 0", "bundle": "run's gamma", "calibrated": "calibrated", "oracle": "oracle (test)"}

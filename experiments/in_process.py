@@ -1,11 +1,11 @@
 """FedSM without Flower: the same rounds as the app, as a plain loop in this process.
 
 It composes the core functions the ServerApp and ClientApp call
-(:class:`~fedsm_core.algorithms.fedsm.FedSM`,
-:func:`~fedsm_core.algorithms.fedsm_client.train_fedsm_client`,
+(:class:`~fedsm_core.algorithms.fedsm.fedsm.FedSM`,
+:func:`~fedsm_core.algorithms.fedsm.client.train_fedsm_client`,
 :func:`~fedsm_core.evaluation.evaluate_super_model`) with the same data, model
 initialisation, per-(round, site) seeds
-(:func:`~fedsm_core.algorithms.fedsm_client.round_settings`), validation
+(:func:`~fedsm_core.algorithms.fedsm.client.round_settings`), validation
 schedule (every ``eval-every`` rounds and the last), gamma chosen on validation
 and final test evaluation. What is left out is exactly what Flower adds:
 messages, serialization, the SuperLink, Ray workers and process start-up. It is
@@ -20,19 +20,19 @@ import time
 
 import torch
 
-from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.fedsm_client import round_settings, train_fedsm_client
-from fedsm_core.algorithms.selector_head import selector_statistics
-from fedsm_core.algorithms.gamma import GAMMA_GRID, select_gamma
-from fedsm_core.algorithms.super_model import Gamma, SuperModel
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
+from fedsm_core.algorithms.fedsm.client import round_settings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
+from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
-from fedsm_core.data.statistics import channel_statistics, pool_channel_statistics
+from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_super_model
 from fedsm_core.models.spec import ModelSpec, run_model_spec
-from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.models.weights import set_weights
 from fedsm_core.reporting import pool_site_metrics
 from fedsm_core.training.precision import resolve_precision
 
@@ -65,13 +65,7 @@ def prepare(config: RunConfig) -> Federation:
     info = training_dataset(config.dataset, config.held_out_site)
     sites = [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
     spec = run_model_spec(config, len(info.structures), info.num_sites)
-    torch.manual_seed(config.seed)
-    model = spec.build_segmentation()
-    selector = spec.build_selector()
-    pixels = pool_channel_statistics([channel_statistics(site.train.images) for site in sites])
-    selector.set_input_statistics(pixels.mean, pixels.std)
-    fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting, config.personalization)
+    fedsm, _ = initial_fedsm(config, spec, info.site_names, [channel_statistics(site.train.images) for site in sites])
     device = select_device(config.device)
     configure_backends(device, config.deterministic, resolve_precision(config.precision, device))  # as the ClientApp
     return Federation(config, sites, spec, fedsm, device)
@@ -107,16 +101,10 @@ def fit_selector_head(federation: Federation) -> None:
 
 def super_model(federation: Federation, gamma: Gamma) -> SuperModel:
     """The server's current super model as modules."""
-    fedsm, spec = federation.fedsm, federation.spec
-    models = []
-    for name, weights in [("global model", fedsm.global_weights),
-                          *[(f"personalized model {site}", fedsm.personalized[site]) for site in fedsm.site_names]]:
-        model = spec.build_segmentation()
-        set_weights(model, weights, name)
-        models.append(model)
-    selector = spec.build_selector()
-    set_weights(selector, fedsm.selector_weights, "selector")
-    return SuperModel(models[0], models[1:], selector, gamma)
+    fedsm = federation.fedsm
+    return assemble_super_model(federation.spec, fedsm.global_weights,
+                                [fedsm.personalized[site] for site in fedsm.site_names], fedsm.selector_weights,
+                                gamma, names=fedsm.site_names)
 
 
 def evaluate(federation: Federation, split: str, gamma: Gamma) -> dict[str, dict[str, float | list[float]]]:

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.knn_search import NeighbourIndex, faiss_available
+from fedsm_core.algorithms.knn_per.search import NeighbourIndex, faiss_available
 from fedsm_core.device import set_cpu_threads
 
 

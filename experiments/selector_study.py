@@ -9,7 +9,7 @@ FedSM trains its selector beside the U-Nets but independently of them (each
 learner takes its own step on the same minibatch), so its site accuracy can be
 studied without the U-Nets: this study runs exactly the selector's part of
 every round (the app's initial selector, per-(round, site) seeds and batches,
-:func:`~fedsm_core.algorithms.fedsm_client.selector_learner`, averaging of
+:func:`~fedsm_core.algorithms.fedsm.client.selector_learner`, averaging of
 weights and Adam moments) for three training variants:
 
 * ``default``: site-contrast negatives, equal weights (``selector-negatives = true``);
@@ -19,7 +19,7 @@ weights and Adam moments) for three training variants:
 At every evaluated round each variant's selector is scored twice on validation
 and test images: with the head federated training left (``selector-head =
 "trained"``) and with the head fitted from the sites' embedding statistics
-(``"fitted"``, :mod:`fedsm_core.algorithms.selector_head`). Rows go to
+(``"fitted"``, :mod:`fedsm_core.algorithms.fedsm.selector_head`). Rows go to
 ``results.csv`` after every run (finished runs are skipped when the study is
 started again) and the last round's test accuracy to ``table.md``.
 """
@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.aggregation import weighted_average
-from fedsm_core.algorithms.fedsm_client import round_settings, selector_learner
-from fedsm_core.algorithms.selector_head import selector_statistics, with_fitted_head
+from fedsm_core.algorithms.fedsm.client import round_settings, selector_learner
+from fedsm_core.algorithms.fedsm.selector_head import selector_statistics, with_fitted_head
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics, pool_channel_statistics

@@ -38,7 +38,7 @@ import numpy as np
 
 from experiments.compare import FEDERATED, METHOD_SETTINGS, ROOT, launch_run, parse_overrides
 from experiments.in_process import chosen_gamma
-from fedsm_core.algorithms.gamma import GAMMA_GRID
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.bundle import load_bundle
 from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedsm_core.config import RunConfig

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.aggregation import Weights
-from fedsm_core.algorithms.super_model import Gamma, SuperModel, check_gamma
+from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model, check_gamma
 from fedsm_core.model_files import BUNDLE_FORMAT, GLOBAL_MODEL_FORMAT, read_model_file
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import set_weights
 
 SELECTOR_INCLUDES_GLOBAL = "selector-includes-global"  # key in BundleInfo.extra (FedSM-extra)
 
@@ -119,18 +118,9 @@ def _assemble(info: BundleInfo, payload: dict[str, Any], path: Path) -> SuperMod
     def numpy(state: Mapping[str, torch.Tensor]) -> Weights:
         return {key: value.numpy() for key, value in state.items()}
 
-    global_model = info.spec.build_segmentation()
-    set_weights(global_model, numpy(payload["global"]), f"{path}: global model")
-    personalized = []
-    for site, state in zip(info.site_names, payload["personalized"], strict=True):
-        model = info.spec.build_segmentation()
-        set_weights(model, numpy(state), f"{path}: personalized model of {site}")
-        personalized.append(model)
-    includes_global = bool(info.extra.get(SELECTOR_INCLUDES_GLOBAL, False))
-    selector_spec = dataclasses.replace(info.spec, num_sites=info.spec.num_sites + int(includes_global))
-    selector = selector_spec.build_selector()
-    set_weights(selector, numpy(payload["selector"]), f"{path}: selector")
-    return SuperModel(global_model, personalized, selector, info.gamma, includes_global).eval()
+    return assemble_super_model(info.spec, numpy(payload["global"]), [numpy(s) for s in payload["personalized"]],
+                                numpy(payload["selector"]), info.gamma,
+                                bool(info.extra.get(SELECTOR_INCLUDES_GLOBAL, False)), info.site_names, f"{path}: ")
 
 
 def save_global_model(path: str | Path, spec: ModelSpec, structures: Sequence[str], image_size: int,

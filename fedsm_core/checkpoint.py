@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedsm_core.bundle import write_atomically
+from fedsm_core.methods import METHODS
 
 CHECKPOINT_FORMAT = "fedsm-checkpoint/1"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -103,7 +104,7 @@ def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any]
     """
     saved = checkpoint["run-config"]
     allowed = set(RESUMABLE_CHANGES)
-    if run_config.get("strategy") == "fedsm-extra":
+    if str(run_config.get("strategy")) in METHODS and METHODS[str(run_config.get("strategy"))].extra_selector:
         # num-server-rounds is where FedSM-extra switches from models to the selector: only extend the extra rounds.
         allowed = (allowed - {"num-server-rounds"}) | {"extra-rounds"}
     changed = sorted(k for k in set(saved) | set(run_config) if k not in allowed and saved.get(k) != run_config.get(k))

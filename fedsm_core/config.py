@@ -12,18 +12,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsm_core.data.synthetic_copies import fundus_site_count
-from fedsm_core.training.precision import PRECISIONS
+from fedsm_core.data.augment import AUGMENTATIONS
+from fedsm_core.methods import STRATEGIES, method
 
-STRATEGIES = ("fedsm", "fedavg", "fedprox", "scaffold", "fedsm-extra", "harmofl", "fedbn")
 # Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
 DATASETS = ("synthetic-fundus", "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
-SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.selector_head
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precision
+SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
 GAMMA_SELECTIONS = ("per-model", "validation", "fixed")
 PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
-AUGMENTATIONS = ("none", "flip", "affine")  # see fedsm_core.data.augment
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -100,7 +100,7 @@ class RunConfig:
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
         _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
-        if self.strategy == "fedbn" and self.segmentation_norm == "group":
+        if method(self.strategy).family == "site-models" and self.segmentation_norm == "group":
             raise ValueError(
                 "segmentation-norm = 'group' with strategy = 'fedbn': FedBN keeps batch-norm statistics (running mean "
                 "and variance) at each site, and group norm has none, so only its affine parameters would stay "
@@ -151,17 +151,23 @@ class RunConfig:
         """
         if self.segmentation_norm != "auto":
             return self.segmentation_norm
-        return "batch" if self.strategy == "fedbn" else "group"
+        return "batch" if method(self.strategy).family == "site-models" else "group"
+
+    @property
+    def total_rounds(self) -> int:
+        """Rounds the run lasts: ``num-server-rounds``, plus ``extra-rounds`` for FedSM-extra's selector."""
+        extra = self.extra_rounds if method(self.strategy).extra_selector else 0
+        return self.num_server_rounds + extra
 
     @property
     def uses_amplitude_normalization(self) -> bool:
         """HarmoFL always normalizes amplitudes; other strategies when ``amplitude-normalization`` is set."""
-        return self.amplitude_normalization or self.strategy == "harmofl"
+        return self.amplitude_normalization or method(self.strategy).harmonized
 
     @property
     def active_perturbation_alpha(self) -> float:
         """The weight-perturbation radius local training uses (0 = plain steps)."""
-        return self.perturbation_alpha if self.weight_perturbation or self.strategy == "harmofl" else 0.0
+        return self.perturbation_alpha if self.weight_perturbation or method(self.strategy).harmonized else 0.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -190,7 +196,7 @@ class RunConfig:
 def _check_personalization(config: RunConfig) -> None:
     """The personalization method and its hyper-parameters; ``softpull-lambda`` matters only for ``softpull``."""
     _check_choice("personalization", config.personalization, PERSONALIZATIONS)
-    if config.personalization != "softpull" and config.strategy not in ("fedsm", "fedsm-extra"):
+    if config.personalization != "softpull" and method(config.strategy).family != "fedsm":
         raise ValueError(
             f"personalization = '{config.personalization}' trains FedSM's personalized models, but strategy = "
             f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'; {WHERE}"

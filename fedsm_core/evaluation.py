@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel, routed_scores
+from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel, is_confident, routed_scores
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.device import to_device
 from fedsm_core.metrics import ImageScores, dice_per_image, has_foreground, predicts_foreground, split_scores
@@ -73,7 +73,8 @@ def evaluate_super_model(
             float(routed_scores(scores["confidence"], scores["routed"], scores["global"], g)[kept].double().mean())
             for g in gammas
         ]
-        metrics["share-global-sweep"] = [float((scores["confidence"] <= g).double().mean()) for g in gammas]
+        metrics["share-global-sweep"] = [float((~is_confident(scores["confidence"], g)).double().mean())
+                                         for g in gammas]
         gains, counts = model_sweeps(scores, len(super_model.personalized), gammas)
         metrics["routing-gain-sweep"], metrics["routed-count-sweep"] = gains, counts
     return metrics
@@ -87,7 +88,7 @@ def model_sweeps(scores: dict[str, torch.Tensor], num_models: int,
     (Dice_m - Dice_global)`` and ``count[m, g]`` the number of images (with or
     without foreground) routed so, both flattened row by row (``m * len(gammas) + g``).
     Summed over sites they choose one gamma per model
-    (:func:`fedsm_core.algorithms.gamma.choose_model_gammas`), and restate a
+    (:func:`fedsm_core.algorithms.fedsm.gamma.choose_model_gammas`), and restate a
     site's super-model Dice at any choice, ``Dice_global + sum_m gain[m, g_m] / n_fg``,
     and its share routed to the global model, ``1 - sum_m count[m, g_m] / n``.
     """
@@ -97,7 +98,7 @@ def model_sweeps(scores: dict[str, torch.Tensor], num_models: int,
     for model in range(num_models):
         chosen = scores["site"] == model
         for gamma in gammas:
-            routed = chosen & (scores["confidence"] > gamma)
+            routed = chosen & is_confident(scores["confidence"], gamma)
             gains.append(float(difference[routed & kept].sum()))
             counts.append(float(routed.sum()))
     return gains, counts

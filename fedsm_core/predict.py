@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel
+from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.bundle import bundle_from_payload
 from fedsm_core.data.files import IMAGE_SUFFIXES, DataError, read_image
 from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING, normalize_image, to_channels_first

@@ -33,12 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedsm_core.algorithms.softpull import check_lam
+from fedsm_core.algorithms.fedsm.softpull import check_lam
 from fedsm_core.config import RunConfig
 from fedsm_core.data.federation import load_federation, locate_spec
 from fedsm_core.data.registry import training_dataset
+from fedsm_core.methods import METHODS
 
-SOFTPULL_STRATEGIES = ("fedsm", "fedsm-extra")
 # flwr's own pattern for --run-config "k=v k2='text'" (flwr.common.config.parse_config_args)
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
@@ -106,7 +106,7 @@ def _data_problems(config: RunConfig, require_paths: bool) -> list[str]:
 
 def _site_problems(config: RunConfig, num_sites: int) -> list[str]:
     problems = []
-    if config.strategy in SOFTPULL_STRATEGIES and config.personalization == "softpull":
+    if METHODS[config.strategy].family == "fedsm" and config.personalization == "softpull":
         try:
             check_lam(config.softpull_lambda, num_sites)
         except ValueError as error:

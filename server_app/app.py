@@ -44,10 +44,8 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
     spec = run_model_spec(config, len(info.structures), info.num_sites)
-    reporter = ProgressReporter(folder, config.num_server_rounds)
+    reporter = ProgressReporter(folder, config.total_rounds)
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
-    reporter.num_rounds = strategy.num_rounds
-    strategy.min_replies = config.min_replies
     first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
     checkpoint = folder / CHECKPOINT_FILE
 

@@ -6,11 +6,12 @@ import dataclasses
 import time
 from logging import INFO
 
-from flwr.app import Message, MessageType, RecordDict
+from flwr.app import Message, MessageType
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from client_app import records
+from app_protocol import records
+from app_protocol.evaluate_messages import decode_node_reply, decode_site_reply, encode_query
 from fedsm_core.data.statistics import ChannelStatistics
 from server_app.site_assignment import Assignment, assign_sites
 
@@ -31,10 +32,8 @@ class SiteNode:
 
 
 def _query(node_id: int, ask: str, site: str | None = None) -> Message:
-    content = {records.CONFIG: records.to_config({records.ASK: ask})}
-    if site is not None:
-        content[records.ROUTE] = records.to_config({"site-name": site})
-    return Message(RecordDict(content), message_type=MessageType.QUERY, dst_node_id=node_id)
+    content = encode_query(ask) if site is None else records.with_route(encode_query(ask), site)
+    return Message(content, message_type=MessageType.QUERY, dst_node_id=node_id)
 
 
 def ask_identities(grid: Grid, node_ids: list[int], timeout: float) -> dict[int, dict[str, object]]:
@@ -44,7 +43,7 @@ def ask_identities(grid: Grid, node_ids: list[int], timeout: float) -> dict[int,
         node_id = reply.metadata.src_node_id
         if reply.has_error():
             raise RuntimeError(f"node {node_id} could not say which site it serves: {reply.error.reason}")
-        identities[node_id] = dict(reply.content[records.NODE])
+        identities[node_id] = decode_node_reply(reply.content)
     silent = sorted(set(node_ids) - set(identities))
     if silent:
         raise RuntimeError(f"nodes {silent} did not answer within {timeout:.0f} s")
@@ -98,7 +97,7 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
         if reply.has_error():
             name = site_names[index] if index is not None else f"node {reply.metadata.src_node_id}"
             raise RuntimeError(f"site {name} could not report its data: {reply.error.reason}")
-        site = reply.content[records.SITE]
+        site = decode_site_reply(reply.content)
         index = int(site["site-index"])
         pixels = ChannelStatistics(
             int(site["pixel-count"]), tuple(site["pixel-mean"]), tuple(site["pixel-var"])  # type: ignore[arg-type]

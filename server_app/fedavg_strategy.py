@@ -14,11 +14,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from client_app import records
-from fedsm_core.algorithms.aggregation import Weights, weighted_average
-from fedsm_core.algorithms.scaffold import update_server_control
+from app_protocol import records
+from app_protocol.evaluate_messages import encode_model_evaluation
+from app_protocol.train_messages import decode_weights, encode_model_train
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.baselines.scaffold import update_server_control
 from server_app.discovery import SiteNode
-from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy
 
 
 class FedAvgStrategy(SiteStrategy):
@@ -36,23 +39,17 @@ class FedAvgStrategy(SiteStrategy):
         self,
         global_weights: Weights,
         nodes: Sequence[SiteNode],
-        eval_every: int,
-        num_rounds: int,
+        plan: RoundPlan,
         on_evaluate: EvaluationSink,
         name: str = "FedAvg",
     ) -> None:
-        super().__init__(nodes, eval_every, num_rounds, on_evaluate)
+        super().__init__(nodes, plan, on_evaluate)
         self.global_weights = global_weights
         self.name = name
 
     def train_content(self, server_round: int) -> RecordDict:
         """What every site receives for a round."""
-        return RecordDict(
-            {
-                records.GLOBAL: records.to_record(self.global_weights),
-                records.CONFIG: records.to_config({"server-round": server_round}),
-            }
-        )
+        return encode_model_train(self.global_weights, server_round)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -72,7 +69,7 @@ class FedAvgStrategy(SiteStrategy):
         self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
         self.after_aggregation([reply for _, reply, _, _ in accepted])
         log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
-        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _, _ in accepted])
+        return None, self.mean_metrics([reply for _, reply, _, _ in accepted])
 
     def accept_replies(self, server_round: int,
                        replies: Iterable[Message]) -> list[tuple[str, Message, Weights, int]]:
@@ -110,12 +107,7 @@ class FedAvgStrategy(SiteStrategy):
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The global model."""
-        return RecordDict(
-            {
-                records.GLOBAL: records.to_record(self.global_weights),
-                records.CONFIG: records.to_config({"split": split}),
-            }
-        )
+        return encode_model_evaluation(self.global_weights, split)
 
 
 class ScaffoldStrategy(FedAvgStrategy):
@@ -131,9 +123,7 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     def train_content(self, server_round: int) -> RecordDict:
         """The global model and the server control variate."""
-        content = super().train_content(server_round)
-        content[records.SERVER_CONTROL] = records.to_record(self.server_control)
-        return content
+        return encode_model_train(self.global_weights, server_round, self.server_control)
 
     def expected_records(self) -> dict[str, Weights]:
         """The model and the control-variate delta."""
@@ -154,5 +144,5 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Move ``c`` by the mean control-variate delta over all N sites."""
-        deltas = [records.from_record(reply.content[records.CONTROL_DELTA]) for reply in replies]
+        deltas = [decode_weights(reply.content, [records.CONTROL_DELTA])[records.CONTROL_DELTA] for reply in replies]
         self.server_control = update_server_control(self.server_control, deltas, len(self.nodes))

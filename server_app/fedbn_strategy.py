@@ -5,23 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from client_app import records
-from fedsm_core.algorithms.aggregation import Weights, weighted_average
-from fedsm_core.algorithms.fedbn import fedbn_aggregate, merge_local
+from app_protocol.evaluate_messages import encode_model_evaluation
+from app_protocol.train_messages import encode_model_train
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.baselines.fedbn import fedbn_aggregate, merge_local
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy
-from server_app.site_strategy import EvaluationSink
+from server_app.site_strategy import EvaluationSink, RoundPlan
 
 
 class FedBNStrategy(FedAvgStrategy):
     """FedAvg on every entry but the normalization layers', which each site keeps.
 
     Site ``k`` trains and is evaluated with ``shared + own normalization``
-    (:func:`fedsm_core.algorithms.fedbn.merge_local`); its normalization
+    (:func:`fedsm_core.algorithms.baselines.fedbn.merge_local`); its normalization
     entries come back in its reply and stay on the server only to be sent
     back to that site (a real deployment may keep them on the node: they
     are never averaged or sent elsewhere). A site that misses a round keeps
@@ -32,14 +34,14 @@ class FedBNStrategy(FedAvgStrategy):
     global_weights : dict
         Initial weights; every site starts from them.
     local : set of str
-        The normalization entries (:func:`fedsm_core.algorithms.fedbn.local_entries`).
+        The normalization entries (:func:`fedsm_core.algorithms.baselines.fedbn.local_entries`).
     """
 
     name = "FedBN"
 
-    def __init__(self, global_weights: Weights, local: set[str], nodes: Sequence[SiteNode], eval_every: int,
-                 num_rounds: int, on_evaluate: EvaluationSink) -> None:
-        super().__init__(global_weights, nodes, eval_every, num_rounds, on_evaluate, name="FedBN")
+    def __init__(self, global_weights: Weights, local: set[str], nodes: Sequence[SiteNode], plan: RoundPlan,
+                 on_evaluate: EvaluationSink) -> None:
+        super().__init__(global_weights, nodes, plan, on_evaluate, name="FedBN")
         if not local:
             raise ValueError("FedBN: the model has no normalization layers to keep local")
         self.local = set(local)
@@ -58,7 +60,9 @@ class FedBNStrategy(FedAvgStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Each site gets its own model."""
-        return self.messages(self._own_models({"server-round": server_round}), MessageType.TRAIN)
+        contents = {node.site_name: encode_model_train(self.model_of(node.site_name), server_round)
+                    for node in self.nodes}
+        return self.messages(contents, MessageType.TRAIN)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -75,18 +79,13 @@ class FedBNStrategy(FedAvgStrategy):
         self.global_weights = fixed.pop("")
         self.site_models = fixed
         log(INFO, "round %d: %d/%d sites trained", server_round, len(trained), len(self.nodes))
-        return records.to_record(self.global_weights), self.mean_metrics([reply for _, reply, _, _ in accepted])
+        return None, self.mean_metrics([reply for _, reply, _, _ in accepted])
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """Each site evaluates its own model."""
-        return self.messages(self._own_models({"split": split}), MessageType.EVALUATE)
-
-    def _own_models(self, settings: dict[str, object]) -> dict[str, RecordDict]:
-        """Site name -> a message content with that site's model and ``settings``."""
-        config = records.to_config(settings)
-        return {node.site_name: RecordDict({records.GLOBAL: records.to_record(self.model_of(node.site_name)),
-                                          records.CONFIG: config})
-                for node in self.nodes}
+        contents = {node.site_name: encode_model_evaluation(self.model_of(node.site_name), split)
+                    for node in self.nodes}
+        return self.messages(contents, MessageType.EVALUATE)
 
     def state_dict(self) -> dict[str, object]:
         """FedAvg's state plus every site's model."""

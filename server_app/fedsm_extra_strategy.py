@@ -15,12 +15,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from client_app import records
-from fedsm_core.algorithms.aggregation import Weights, weighted_average
-from fedsm_core.algorithms.fedsm import FedSM
+from app_protocol import records
+from app_protocol.evaluate_messages import encode_super_model_evaluation
+from app_protocol.train_messages import encode_extra_selector_train
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from server_app.discovery import SiteNode
 from server_app.fedsm_strategy import FedSMStrategy
-from server_app.site_strategy import EvaluationSink
+from server_app.site_strategy import EvaluationSink, RoundPlan
 
 
 class FedSMExtraStrategy(FedSMStrategy):
@@ -35,6 +38,7 @@ class FedSMExtraStrategy(FedSMStrategy):
     """
 
     name = "FedSM-extra"
+    train_phase = "models"
 
     def __init__(
         self,
@@ -42,11 +46,10 @@ class FedSMExtraStrategy(FedSMStrategy):
         extra_selector: Weights,
         model_rounds: int,
         nodes: Sequence[SiteNode],
-        eval_every: int,
-        num_rounds: int,
+        plan: RoundPlan,
         on_evaluate: EvaluationSink,
     ) -> None:
-        super().__init__(fedsm, nodes, 0.0, eval_every, num_rounds, on_evaluate)
+        super().__init__(fedsm, nodes, plan, on_evaluate, gamma=0.0)
         self.extra_selector = extra_selector
         self.extra_optimizer: Weights = {}
         self.model_rounds = model_rounds
@@ -56,18 +59,9 @@ class FedSMExtraStrategy(FedSMStrategy):
     ) -> Iterable[Message]:
         """FedSM messages (selector frozen) up to round R, then selector messages with the super model."""
         if server_round <= self.model_rounds:
-            messages = list(super().configure_train(server_round, arrays, config, grid))
-            for message in messages:
-                message.content[records.CONFIG]["phase"] = "models"
-            return messages
-        content = RecordDict(
-            {
-                **self._models_content(),
-                records.SELECTOR: records.to_record(self.extra_selector),
-                records.SELECTOR_OPTIMIZER: records.to_record(self.extra_optimizer),
-                records.CONFIG: records.to_config({"server-round": server_round, "phase": "selector"}),
-            }
-        )
+            return super().configure_train(server_round, arrays, config, grid)
+        content = encode_extra_selector_train(self.fedsm.global_weights, self._personalized(), self.extra_selector,
+                                              self.extra_optimizer, server_round)
         return self.messages({node.site_name: content for node in self.nodes}, MessageType.TRAIN)
 
     def aggregate_train(
@@ -88,7 +82,7 @@ class FedSMExtraStrategy(FedSMStrategy):
         self.extra_selector = weighted_average([decoded[records.SELECTOR] for _, decoded in accepted], equal)
         self.extra_optimizer = weighted_average([decoded[records.SELECTOR_OPTIMIZER] for _, decoded in accepted], equal)
         log(INFO, "round %d (extra): %d/%d sites trained the selector", server_round, len(accepted), len(self.nodes))
-        return records.to_record(self.fedsm.global_weights), self.mean_metrics([reply for reply, _ in accepted])
+        return None, self.mean_metrics([reply for reply, _ in accepted])
 
     def state_dict(self) -> dict[str, object]:
         """FedSM's state plus the K + 1-output selector and its moments."""
@@ -100,23 +94,13 @@ class FedSMExtraStrategy(FedSMStrategy):
         self.extra_selector = state["extra-selector"]
         self.extra_optimizer = state["extra-optimizer"]
 
-    def _models_content(self) -> dict[str, ArrayRecord]:
-        return {
-            records.GLOBAL: records.to_record(self.fedsm.global_weights),
-            records.PERSONALIZED: records.models_to_record(
-                [self.fedsm.personalized[node.site_name] for node in self.nodes]
-            ),
-        }
+    def _personalized(self) -> list[Weights]:
+        return [self.fedsm.personalized[site] for site in self.fedsm.site_names]
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The super model with the K + 1-output selector (no gamma)."""
-        return RecordDict(
-            {
-                **self._models_content(),
-                records.SELECTOR: records.to_record(self.extra_selector),
-                records.CONFIG: records.to_config({"split": split, "gamma": 0.0, "selector-includes-global": True}),
-            }
-        )
+        return encode_super_model_evaluation(self.fedsm.global_weights, self._personalized(), self.extra_selector,
+                                             split, 0.0, selector_includes_global=True)
 
     def finish_validation(self) -> list[str]:
         """FedSM-extra needs no gamma."""

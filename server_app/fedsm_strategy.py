@@ -10,13 +10,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from client_app import records
-from fedsm_core.algorithms.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.gamma import GAMMA_GRID, describe_gamma, pool_sweeps, select_gamma
-from fedsm_core.algorithms.selector_head import SelectorStatistics
-from fedsm_core.algorithms.super_model import Gamma, check_gamma
+from app_protocol import records
+from app_protocol.evaluate_messages import decode_statistics_reply, encode_query, encode_super_model_evaluation
+from app_protocol.train_messages import FEDSM_KEYS, decode_fedsm_reply, encode_fedsm_train
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, describe_gamma, pool_sweeps, select_gamma
+from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics
+from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
 from server_app.discovery import SiteNode
-from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy
 
 
 class FedSMStrategy(SiteStrategy):
@@ -24,7 +26,7 @@ class FedSMStrategy(SiteStrategy):
 
     Each node gets the global model, *its own* personalized model, the selector
     and the selector's averaged Adam moments; replies are folded in by
-    :class:`fedsm_core.algorithms.fedsm.FedSM` (weighted averaging + SoftPull).
+    :class:`fedsm_core.algorithms.fedsm.fedsm.FedSM` (weighted averaging + SoftPull).
     A site whose reply is missing or rejected keeps its personalized model.
     Evaluation messages carry the whole super model, which Algorithm 2 needs.
 
@@ -32,6 +34,8 @@ class FedSMStrategy(SiteStrategy):
     ----------
     fedsm : FedSM
         The server state.
+    plan : RoundPlan
+        Rounds, evaluation schedule, minimum replies, amplitude schedule.
     gamma : float
         Selector confidence threshold used in evaluation until validation chooses one.
     gamma_selection : {"per-model", "validation", "fixed"}
@@ -42,24 +46,24 @@ class FedSMStrategy(SiteStrategy):
     selector_shrinkage : float or None
         Before every evaluation, refit the selector's linear head from the
         sites' embedding statistics with this covariance shrinkage
-        (:mod:`fedsm_core.algorithms.selector_head`); ``None`` keeps the
+        (:mod:`fedsm_core.algorithms.fedsm.selector_head`); ``None`` keeps the
         head as federated training left it (``selector-head = "trained"``).
     """
 
     name = "FedSM"
+    train_phase = ""  # FedSM-extra marks its model rounds
 
     def __init__(
         self,
         fedsm: FedSM,
         nodes: Sequence[SiteNode],
-        gamma: float,
-        eval_every: int,
-        num_rounds: int,
+        plan: RoundPlan,
         on_evaluate: EvaluationSink,
+        gamma: Gamma = 0.5,
         gamma_selection: str = "fixed",
         selector_shrinkage: float | None = None,
     ) -> None:
-        super().__init__(nodes, eval_every, num_rounds, on_evaluate)
+        super().__init__(nodes, plan, on_evaluate)
         self.fedsm = fedsm
         self.selector_shrinkage = selector_shrinkage
         self.gamma: Gamma = gamma
@@ -77,30 +81,18 @@ class FedSMStrategy(SiteStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One message per site with the global, its personalized model and the selector."""
-        shared = {
-            records.GLOBAL: records.to_record(self.fedsm.global_weights),
-            records.SELECTOR: records.to_record(self.fedsm.selector_weights),
-            records.SELECTOR_OPTIMIZER: records.to_record(self.fedsm.selector_optimizer),
-            records.CONFIG: records.to_config({"server-round": server_round}),
-        }
-        contents = {
-            node.site_name: RecordDict(
-                {**shared, records.PERSONAL: records.to_record(self.fedsm.personalized[node.site_name])}
-            )
-            for node in self.nodes
-        }
+        contents = {node.site_name: encode_fedsm_train(self.fedsm.payload_for(node.site_name), server_round,
+                                                       self.train_phase)
+                    for node in self.nodes}
         return self.messages(contents, MessageType.TRAIN)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedSM aggregation of the valid replies; invalid or missing sites are logged."""
-        expected = {
-            records.GLOBAL: self.fedsm.global_weights,
-            records.PERSONAL: self.fedsm.global_weights,
-            records.SELECTOR: self.fedsm.selector_weights,
-            records.SELECTOR_OPTIMIZER: None,  # averaged into the moments every site gets: must be finite
-        }
+        # The selector's moments (None) are averaged into what every site gets: any layout, but finite.
+        expected = dict(zip(FEDSM_KEYS, (self.fedsm.global_weights, self.fedsm.global_weights,
+                                         self.fedsm.selector_weights, None), strict=True))
         updates: dict[str, FedSMUpdate] = {}
         accepted: list[Message] = []
         for reply in replies:
@@ -111,13 +103,7 @@ class FedSMStrategy(SiteStrategy):
             num_examples = self.num_examples(server_round, site, reply)
             if num_examples is None:
                 continue
-            updates[site] = FedSMUpdate(
-                global_weights=decoded[records.GLOBAL],
-                personal_weights=decoded[records.PERSONAL],
-                selector_weights=decoded[records.SELECTOR],
-                selector_optimizer=decoded[records.SELECTOR_OPTIMIZER],
-                num_examples=num_examples,
-            )
+            updates[site] = decode_fedsm_reply(decoded, num_examples)
             accepted.append(reply)
         self.note_absent(server_round, updates)
         self.require_replies(server_round, len(updates))
@@ -125,7 +111,7 @@ class FedSMStrategy(SiteStrategy):
         self._fix_amplitude(server_round, list(updates.values()))
         metrics = self.mean_metrics(accepted)
         log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))
-        return records.to_record(self.fedsm.global_weights), metrics
+        return None, metrics  # the state lives in self.fedsm; nothing is serialized for Flower to drop
 
     def _fix_amplitude(self, server_round: int, updates: list[FedSMUpdate]) -> None:
         """In HarmoFL's freeze round, give the global and every personalized model the global amplitude."""
@@ -139,15 +125,12 @@ class FedSMStrategy(SiteStrategy):
         """Fit the selector's head from every site's embedding statistics (unless the head is kept as trained).
 
         Each site answers a query carrying the selector with the sums of its
-        embeddings (:func:`~fedsm_core.algorithms.selector_head.selector_statistics`).
+        embeddings (:func:`~fedsm_core.algorithms.fedsm.selector_head.selector_statistics`).
         Without every site's answer the trained head is kept for this evaluation.
         """
         if self.selector_shrinkage is None:
             return
-        content = RecordDict({
-            records.SELECTOR: records.to_record(self.fedsm.selector_weights),
-            records.CONFIG: records.to_config({records.ASK: records.SELECTOR_STATISTICS}),
-        })
+        content = encode_query(records.SELECTOR_STATISTICS, self.fedsm.selector_weights)
         messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
         statistics: dict[str, SelectorStatistics] = {}
         for reply in self.exchange(grid, messages, timeout, server_round, stage="selector-head"):
@@ -155,8 +138,7 @@ class FedSMStrategy(SiteStrategy):
             try:
                 if reply.has_error():
                     raise ValueError(f"client error: {reply.error.reason}")
-                statistics[site] = SelectorStatistics.from_arrays(
-                    records.from_record(reply.content[records.SELECTOR_STATISTICS]))
+                statistics[site] = SelectorStatistics.from_arrays(decode_statistics_reply(reply.content))
             except (KeyError, ValueError) as error:
                 log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
         try:
@@ -184,19 +166,9 @@ class FedSMStrategy(SiteStrategy):
 
     def evaluation_content(self, split: str) -> RecordDict:
         """The whole super model: global, every personalized model, selector and gamma."""
-        return RecordDict(
-            {
-                records.GLOBAL: records.to_record(self.fedsm.global_weights),
-                records.PERSONALIZED: records.models_to_record(
-                    [self.fedsm.personalized[node.site_name] for node in self.nodes]
-                ),
-                records.SELECTOR: records.to_record(self.fedsm.selector_weights),
-                records.CONFIG: records.to_config(
-                    {"split": split, "gamma": list(self.gamma) if isinstance(self.gamma, tuple) else self.gamma,
-                     "gamma-sweep": list(GAMMA_GRID) if split == "val" else []}
-                ),
-            }
-        )
+        return encode_super_model_evaluation(
+            self.fedsm.global_weights, [self.fedsm.personalized[site] for site in self.fedsm.site_names],
+            self.fedsm.selector_weights, split, self.gamma, GAMMA_GRID if split == "val" else ())
 
     def restate_validation(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]]) -> None:
         """Choose gamma on this validation round's sweeps (``gamma_selection``) and report the super model at it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 
@@ -11,9 +12,10 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from client_app import records
-from fedsm_core.algorithms.aggregation import Weights, check_same_layout
-from fedsm_core.algorithms.harmofl import AmplitudeSchedule
+from app_protocol import records
+from fedsm_core.models.weights import Weights, check_same_layout
+from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
+from fedsm_core.config import RunConfig
 from fedsm_core.reporting import pool_site_metrics
 from server_app.discovery import SiteNode
 from server_app.traffic import RECEIVED, SENT, TrafficLog
@@ -21,9 +23,45 @@ from server_app.traffic import RECEIVED, SENT, TrafficLog
 EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """How a strategy's rounds run, fixed when it is built.
+
+    Attributes
+    ----------
+    num_rounds : int
+        Total rounds (FedSM-extra: model rounds plus extra rounds); the last one is always evaluated.
+    eval_every : int
+        Evaluate on validation data every this many rounds (and in the last one).
+    min_replies : int
+        Fewer valid replies in a round stop the run (resumable from the last checkpoint).
+    amplitude : AmplitudeSchedule or None
+        HarmoFL's amplitude schedule, for runs with amplitude normalization.
+    """
+
+    num_rounds: int
+    eval_every: int = 1
+    min_replies: int = 1
+    amplitude: AmplitudeSchedule | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_rounds < 1 or self.eval_every < 1 or self.min_replies < 1:
+            raise ValueError(f"round plan: num_rounds, eval_every and min_replies must be >= 1, got {self}")
+
+
+def round_plan(config: RunConfig) -> RoundPlan:
+    """The plan of a run: its total rounds, evaluation schedule, min-replies and amplitude schedule."""
+    amplitude = (AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
+                 if config.uses_amplitude_normalization else None)
+    return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude)
+
+
 def routed_site(message: Message) -> str:
     """The site a message the server sends is for (its ``route`` record)."""
-    return str(message.content[records.ROUTE]["site-name"])
+    return str(records.decode_route(message.content))
+
+
+EMPTY_ARRAYS, EMPTY_CONFIG = ArrayRecord(), ConfigRecord()
 
 
 class SiteStrategy(Strategy):
@@ -39,24 +77,23 @@ class SiteStrategy(Strategy):
     ----------
     nodes : sequence of SiteNode
         Node of each site, from :func:`server_app.discovery.discover_sites`.
-    eval_every : int
-        Evaluate on validation data every this many rounds (and in the last one).
-    num_rounds : int
-        Total rounds, so the last one is always evaluated.
+    plan : RoundPlan
+        Rounds, evaluation schedule, minimum replies, amplitude schedule.
     on_evaluate : callable
         Receives ``(round, split, per-site metrics)`` after each evaluation.
     """
 
     name = "base"
 
-    def __init__(self, nodes: Sequence[SiteNode], eval_every: int, num_rounds: int, on_evaluate: EvaluationSink) -> None:
+    def __init__(self, nodes: Sequence[SiteNode], plan: RoundPlan, on_evaluate: EvaluationSink) -> None:
         self.nodes = list(nodes)
         self.node_of_site = {node.site_name: node.node_id for node in nodes}
         # Only a node that serves one site names it by itself; a simulated node may serve several.
         served = [node.node_id for node in nodes]
         self.site_of_node = {node.node_id: node.site_name for node in nodes if served.count(node.node_id) == 1}
-        self.eval_every = eval_every
-        self.num_rounds = num_rounds
+        self.plan = plan
+        self.eval_every = plan.eval_every
+        self.num_rounds = plan.num_rounds
         self.on_evaluate = on_evaluate
         self.missed: list[tuple[int, str, str]] = []
         # Message id -> site it was sent to: the SuperLink answers for an unreachable node with an
@@ -64,8 +101,6 @@ class SiteStrategy(Strategy):
         self.site_of_message: dict[str, str] = {}
         self.evaluation_gaps: dict[str, dict[str, str]] = {}  # split -> site -> why it has no result
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
-        self.min_replies = 1
-        self.amplitude: AmplitudeSchedule | None = None  # set for runs with amplitude normalization
         self.traffic = TrafficLog()
 
     def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], None]) -> None:
@@ -79,7 +114,7 @@ class SiteStrategy(Strategy):
         for server_round in range(first_round, self.num_rounds + 1):
             log(INFO, "[ROUND %d/%d]", server_round, self.num_rounds)
             with self.traffic.timed(server_round, "round"):
-                arrays, config = ArrayRecord(), ConfigRecord()
+                arrays, config = EMPTY_ARRAYS, EMPTY_CONFIG  # Flower's signature; the strategies keep their own state
                 replies = self.exchange(grid, self.configure_train(server_round, arrays, config, grid), timeout,
                                         server_round)
                 self.aggregate_train(server_round, replies)
@@ -123,9 +158,9 @@ class SiteStrategy(Strategy):
         The checkpoint of the previous round stays on disk, so the run can be
         resumed (``resume-from``) once the sites are back.
         """
-        if accepted < self.min_replies:
+        if accepted < self.plan.min_replies:
             raise RuntimeError(f"round {server_round}: {accepted} valid repl(ies), fewer than min-replies = "
-                               f"{self.min_replies}; see the log lines above. Resume from the last checkpoint "
+                               f"{self.plan.min_replies}; see the log lines above. Resume from the last checkpoint "
                                "(resume-from) when enough sites are reachable")
 
     def fix_amplitude(self, server_round: int, site_weights: Sequence[Weights], sizes: Sequence[float],
@@ -135,11 +170,11 @@ class SiteStrategy(Strategy):
         ``site_weights`` are the sites' trained global models of this round,
         whose amplitude entries hold each site's running average.
         """
-        if self.amplitude is None or not self.amplitude.due(server_round):
+        if self.plan.amplitude is None or not self.plan.amplitude.due(server_round):
             return models
         log(INFO, "round %d: %d sites' average amplitudes merged into the global amplitude, fixed from now on",
             server_round, len(site_weights))
-        return self.amplitude.fix(site_weights, sizes, models)
+        return self.plan.amplitude.fix(site_weights, sizes, models)
 
     def state_dict(self) -> dict[str, object]:
         """Everything needed to continue after the current round (see :mod:`fedsm_core.checkpoint`)."""
@@ -225,8 +260,7 @@ class SiteStrategy(Strategy):
 
     def messages(self, contents: dict[str, RecordDict], message_type: str) -> list[Message]:
         """One message per site (name -> content), to the site's node and naming the site."""
-        return [Message(RecordDict({**content, records.ROUTE: records.to_config({"site-name": site})}),
-                        message_type=message_type, dst_node_id=self.node_of_site[site])
+        return [Message(records.with_route(content, site), message_type=message_type, dst_node_id=self.node_of_site[site])
                 for site, content in contents.items()]
 
     def configure_evaluate(

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import torch
 
-from fedsm_core.algorithms.fedbn import local_entries
-from fedsm_core.algorithms.fedsm import FedSM
-from fedsm_core.algorithms.harmofl import AmplitudeSchedule
-from fedsm_core.algorithms.scaffold import zero_controls
-from fedsm_core.algorithms.fedsm_extra import extra_spec
+from fedsm_core.algorithms.baselines.fedbn import local_entries
+from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
+from fedsm_core.algorithms.baselines.scaffold import zero_controls
+from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
 from fedsm_core.bundle import SELECTOR_INCLUDES_GLOBAL, BundleInfo, save_bundle, save_global_model
 from fedsm_core.config import RunConfig
+from fedsm_core.methods import METHODS, MODEL_FILES, Method
 from fedsm_core.data.registry import DatasetInfo
-from fedsm_core.data.statistics import pool_channel_statistics
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from server_app.discovery import SiteNode
@@ -24,12 +23,9 @@ from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
 from server_app.fedbn_strategy import FedBNStrategy
 from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
-from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy, round_plan
 
-BUNDLE_FILE = "super_model.pt"
-GLOBAL_MODEL_FILE = "global_model.pt"
-SITE_MODELS_FOLDER = "site_models"
-SINGLE_MODEL_NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "harmofl": "HarmoFL"}
+SITE_MODELS_FOLDER = MODEL_FILES["site-models"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +38,26 @@ class Setup:
     nodes: Sequence[SiteNode]
     on_evaluate: EvaluationSink
 
+    @property
+    def plan(self) -> RoundPlan:
+        """The run's round plan (:func:`server_app.site_strategy.round_plan`)."""
+        return round_plan(self.config)
+
+    @property
+    def method(self) -> Method:
+        """The run's row of the table of methods."""
+        return METHODS[self.config.strategy]
+
+    def model_path(self, folder: Path) -> Path:
+        """Where the run's deployed model goes in ``folder`` (the table's model file)."""
+        return folder / self.method.model_file
+
+    def extra(self, **more: object) -> dict[str, object]:
+        """What every saved model records about its run."""
+        config = self.config
+        return {"dataset": config.dataset, "rounds": config.total_rounds, "preprocessing": self.info.preprocessing,
+                **more}
+
 
 Saver = Callable[[Path], Path]
 
@@ -52,105 +68,73 @@ def _initial_model(setup: Setup) -> torch.nn.Module:
 
 
 def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedSM, or FedSM-extra when the method trains its selector in extra rounds."""
     config, info = setup.config, setup.info
-    model = _initial_model(setup)
-    selector = setup.spec.build_selector()
-    pixels = pool_channel_statistics([node.pixels for node in setup.nodes])
-    selector.set_input_statistics(pixels.mean, pixels.std)
-    fedsm = FedSM(info.site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting, config.personalization)
-    strategy = FedSMStrategy(fedsm, setup.nodes, config.gamma, config.eval_every, config.num_server_rounds,
-                             setup.on_evaluate, gamma_selection=config.gamma_selection,
-                             selector_shrinkage=config.selector_shrinkage if config.selector_head == "fitted" else None)
+    pixels = [node.pixels for node in setup.nodes]
+    if setup.method.extra_selector:
+        fedsm, extra_selector = initial_fedsm(config, setup.spec, info.site_names, pixels, extra_spec(setup.spec))
+        strategy: FedSMStrategy = FedSMExtraStrategy(fedsm, extra_selector, config.num_server_rounds, setup.nodes,
+                                                     setup.plan, setup.on_evaluate)
+    else:
+        fedsm, _ = initial_fedsm(config, setup.spec, info.site_names, pixels)
+        shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
+        strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
+                                 gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
 
     def save(folder: Path) -> Path:
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "softpull-lambda": config.softpull_lambda,
-                 "held-out-site": config.held_out_site, "preprocessing": info.preprocessing}
-        extra["personalization"] = config.personalization
-        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, strategy.gamma, config.image_size, extra)
+        extra = setup.extra(**{"softpull-lambda": config.softpull_lambda, "held-out-site": config.held_out_site,
+                               "personalization": config.personalization})
+        selector = fedsm.selector_weights
+        gamma = strategy.gamma
+        if isinstance(strategy, FedSMExtraStrategy):
+            extra[SELECTOR_INCLUDES_GLOBAL], selector, gamma = True, strategy.extra_selector, 0.0
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, gamma, config.image_size, extra)
         personalized = [fedsm.personalized[name] for name in info.site_names]
-        return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized, fedsm.selector_weights)
-
-    return strategy, save
-
-
-def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
-    config, info = setup.config, setup.info
-    model = _initial_model(setup)
-    pixels = pool_channel_statistics([node.pixels for node in setup.nodes])
-    selector = extra_spec(setup.spec).build_selector()
-    selector.set_input_statistics(pixels.mean, pixels.std)
-    frozen = setup.spec.build_selector()  # FedSM's own selector is not trained here
-    fedsm = FedSM(info.site_names, get_weights(model), get_weights(frozen), config.softpull_lambda,
-                  personalization=config.personalization)
-    total = config.num_server_rounds + config.extra_rounds
-    strategy = FedSMExtraStrategy(fedsm, get_weights(selector), config.num_server_rounds, setup.nodes,
-                                  config.eval_every, total, setup.on_evaluate)
-
-    def save(folder: Path) -> Path:
-        extra = {"dataset": config.dataset, "rounds": total, "softpull-lambda": config.softpull_lambda,
-                 "held-out-site": config.held_out_site, "preprocessing": info.preprocessing,
-                 SELECTOR_INCLUDES_GLOBAL: True}
-        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, 0.0, config.image_size, extra)
-        personalized = [fedsm.personalized[name] for name in info.site_names]
-        return save_bundle(folder / BUNDLE_FILE, bundle_info, fedsm.global_weights, personalized,
-                           strategy.extra_selector)
+        return save_bundle(setup.model_path(folder), bundle_info, fedsm.global_weights, personalized, selector)
 
     return strategy, save
 
 
 def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedAvg and its variants (FedProx and HarmoFL differ at the sites; SCAFFOLD adds control variates)."""
     config = setup.config
     model = _initial_model(setup)
-    common = (get_weights(model), setup.nodes, config.eval_every, config.num_server_rounds, setup.on_evaluate)
-    if config.strategy == "scaffold":
+    common = (get_weights(model), setup.nodes, setup.plan, setup.on_evaluate)
+    if setup.method.control_variates:
         strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common)
     else:
-        strategy = FedAvgStrategy(*common, name=SINGLE_MODEL_NAMES[config.strategy])
+        strategy = FedAvgStrategy(*common, name=setup.method.display)
 
     def save(folder: Path) -> Path:
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy,
-                 "preprocessing": setup.info.preprocessing}
-        return save_global_model(folder / GLOBAL_MODEL_FILE, setup.spec, setup.info.structures, config.image_size,
-                                 strategy.global_weights, extra)
+        return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,
+                                 strategy.global_weights, setup.extra(strategy=config.strategy))
 
     return strategy, save
 
 
-def _build_fedbn(setup: Setup) -> tuple[SiteStrategy, Saver]:
+def _build_site_models(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedBN: every site keeps its normalization layers."""
     config = setup.config
     model = _initial_model(setup)
-    strategy = FedBNStrategy(get_weights(model), local_entries(model), setup.nodes, config.eval_every,
-                             config.num_server_rounds, setup.on_evaluate)
+    strategy = FedBNStrategy(get_weights(model), local_entries(model), setup.nodes, setup.plan, setup.on_evaluate)
 
     def save(folder: Path) -> Path:
         # No single model serves every site: each site's file holds its own normalization layers.
-        extra = {"dataset": config.dataset, "rounds": config.num_server_rounds, "strategy": config.strategy,
-                 "preprocessing": setup.info.preprocessing}
         for site in setup.info.site_names:
-            save_global_model(folder / SITE_MODELS_FOLDER / f"{site}.pt", setup.spec, setup.info.structures,
-                              config.image_size, strategy.model_of(site), {**extra, "site": site})
-        return folder / SITE_MODELS_FOLDER
+            save_global_model(setup.model_path(folder) / f"{site}.pt", setup.spec, setup.info.structures,
+                              config.image_size, strategy.model_of(site), setup.extra(strategy=config.strategy, site=site))
+        return setup.model_path(folder)
 
     return strategy, save
 
 
 BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
     "fedsm": _build_fedsm,
-    "fedavg": _build_single_model,
-    "fedprox": _build_single_model,
-    "scaffold": _build_single_model,
-    "fedsm-extra": _build_fedsm_extra,
-    "harmofl": _build_single_model,
-    "fedbn": _build_fedbn,
+    "global": _build_single_model,
+    "site-models": _build_site_models,
 }
 
 
 def build_strategy(setup: Setup) -> tuple[SiteStrategy, Saver]:
-    """The strategy for ``setup.config.strategy`` and a function that saves its final model."""
-    if setup.config.strategy not in BUILDERS:
-        raise ValueError(f"strategy = '{setup.config.strategy}' has no server builder; known: {sorted(BUILDERS)}")
-    strategy, save = BUILDERS[setup.config.strategy](setup)
-    if setup.config.uses_amplitude_normalization:
-        strategy.amplitude = AmplitudeSchedule(setup.config.amplitude_freeze_round, setup.config.amplitude_decay)
-    return strategy, save
+    """The strategy of the run's method (by its family in the table of methods) and a function that saves its model."""
+    return BUILDERS[setup.method.family](setup)

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.algorithms.fedsm.super_model import SuperModel
 from fedsm_core.bundle import BUNDLE_FORMAT, BundleInfo, load_bundle, save_bundle, save_global_model
 from fedsm_core.model_files import GLOBAL_MODEL_FORMAT, GlobalModelInfo, load_global_model
 from fedsm_core.models.amplitude import AmplitudeNormalized

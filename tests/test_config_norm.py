@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedbn import local_entries
+from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.config import RunConfig
 from fedsm_core.models.spec import run_model_spec
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fedsm_core.algorithms.gamma import describe_gamma
+from fedsm_core.algorithms.fedsm.gamma import describe_gamma
 from fedsm_core.bundle import load_bundle
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.gamma import GAMMA_GRID
-from fedsm_core.algorithms.super_model import SuperModel
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
+from fedsm_core.algorithms.fedsm.super_model import SuperModel
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation import evaluate_super_model
 

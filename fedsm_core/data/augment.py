@@ -25,7 +25,7 @@ import albumentations as A  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedsm_core.config import AUGMENTATIONS  # noqa: E402
+AUGMENTATIONS = ("none", "flip", "affine")
 
 
 def build_augmentation(policy: str, seed: int) -> A.Compose | None:

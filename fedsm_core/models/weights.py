@@ -8,7 +8,30 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.aggregation import Weights, check_same_layout
+
+
+Weights = dict[str, np.ndarray]
+
+
+def check_same_layout(reference: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], where: str) -> None:
+    """Raise ``ValueError`` when ``other`` has different keys or shapes than ``reference``.
+
+    Parameters
+    ----------
+    reference, other : Mapping[str, np.ndarray]
+        Weight dictionaries to compare.
+    where : str
+        Names the source of ``other`` in the message (e.g. ``"reply of site-3"``).
+    """
+    missing = sorted(set(reference) - set(other))
+    extra = sorted(set(other) - set(reference))
+    if missing or extra:
+        raise ValueError(f"{where}: keys differ from the model (missing {missing[:5]}, unexpected {extra[:5]})")
+    for key, value in reference.items():
+        if np.shape(other[key]) != np.shape(value):
+            raise ValueError(
+                f"{where}: '{key}' has shape {np.shape(other[key])}, expected {np.shape(value)}"
+            )
 
 
 def get_weights(model: nn.Module) -> Weights:

@@ -31,7 +31,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+from fedsm_core.config import PRECISIONS
+
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

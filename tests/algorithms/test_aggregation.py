@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsm_core.algorithms.aggregation import check_same_layout, weighted_average
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import check_same_layout
 
 
 def test_weighted_average_matches_hand_computed_float64():

@@ -8,7 +8,7 @@ import torch
 from flwr.app import Context, Message, MessageType, RecordDict
 
 from client_app import app as client
-from client_app import records
+from app_protocol import records
 from client_app.site import resolve_site_index
 from client_app.site_state import load_site_state
 from fedsm_core.config import RunConfig

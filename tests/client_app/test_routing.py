@@ -7,7 +7,7 @@ import pytest
 from flwr.app import Context, Message, MessageType, RecordDict
 
 from client_app import app as client
-from client_app import records
+from app_protocol import records
 from client_app.site import node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.config import RunConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.heldout_report import plot_features, plot_gamma_curves, result_rows, result_table
-from fedsm_core.algorithms.held_out import HeldOutResult
+from fedsm_core.analysis.held_out import HeldOutResult
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.app import Error, Message, MessageType, RecordDict
 
-from client_app import records
+from app_protocol import records
 from fedsm_core.data.statistics import ChannelStatistics
 from server_app.discovery import SiteNode
 

@@ -10,7 +10,7 @@ import pytest
 from flwr.app import MessageType
 
 from _server_fakes import reply
-from client_app import records
+from app_protocol import records
 from server_app.discovery import discover_sites
 
 SITES = ("north", "south")

@@ -6,8 +6,9 @@ import numpy as np
 from _server_fakes import NODE, NODES, EvaluationLog, reply, train_metrics
 from flwr.app import ArrayRecord, ConfigRecord, MessageType
 
-from client_app import records
-from fedsm_core.algorithms.harmofl import AMPLITUDE, BATCHES, FROZEN, AmplitudeSchedule
+from app_protocol import records
+from fedsm_core.algorithms.baselines.harmofl import AMPLITUDE, BATCHES, FROZEN, AmplitudeSchedule
+from server_app.site_strategy import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy
 from server_app.fedbn_strategy import FedBNStrategy
 
@@ -23,7 +24,7 @@ def _train_reply(site: str, weights: dict[str, np.ndarray], num_examples: int):
 
 
 def _strategy() -> FedBNStrategy:
-    return FedBNStrategy(_weights(0.0, 1.0), LOCAL, NODES, 1, 5, EvaluationLog())
+    return FedBNStrategy(_weights(0.0, 1.0), LOCAL, NODES, RoundPlan(5, 1), EvaluationLog())
 
 
 def _sent(messages) -> dict[int, dict[str, np.ndarray]]:
@@ -95,8 +96,8 @@ def _amplitude_weights(amplitude: float, batches: int) -> dict[str, np.ndarray]:
 
 def test_fedavg_fixes_the_global_amplitude_in_the_freeze_round_only():
     # Prepare: v = 0.5, one batch each -> corrected amplitudes 2 * buffer
-    strategy = FedAvgStrategy(_amplitude_weights(0.0, 0), NODES, 1, 5, EvaluationLog())
-    strategy.amplitude = AmplitudeSchedule(freeze_round=2, decay=0.5)
+    plan = RoundPlan(5, 1, amplitude=AmplitudeSchedule(freeze_round=2, decay=0.5))
+    strategy = FedAvgStrategy(_amplitude_weights(0.0, 0), NODES, plan, EvaluationLog())
     replies = [_train_reply("site-a", _amplitude_weights(1.0, 1), 10),
                _train_reply("site-b", _amplitude_weights(3.0, 1), 30)]
 

@@ -7,7 +7,8 @@ from uuid import uuid4
 from _server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
 from flwr.app import Error, Message, MessageType
 
-from client_app import records
+from app_protocol import records
+from server_app.site_strategy import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy
 
 SUPERLINK_NODE_ID = 1  # the node id Flower's SuperLink puts on the error replies it writes itself
@@ -44,7 +45,7 @@ class LossyGrid:
 def test_a_site_answered_for_by_the_superlink_is_named_once_per_round_by_its_site_name():
     # Prepare
     evaluations = EvaluationLog()
-    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, 1, 2, evaluations)
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(2, 1), evaluations)
 
     # Execute: two rounds, each with training and validation
     strategy.run(LossyGrid(), 1, 10.0, lambda r: None)
@@ -58,7 +59,7 @@ def test_a_site_answered_for_by_the_superlink_is_named_once_per_round_by_its_sit
 
 
 def test_the_test_gaps_name_sites_without_any_reply():
-    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, 1, 1, EvaluationLog())
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(1, 1), EvaluationLog())
     only_a = [reply(101, {records.METRICS: eval_metrics(0.5)}, MessageType.EVALUATE)]
 
     strategy.collect_evaluation(1, "test", only_a)

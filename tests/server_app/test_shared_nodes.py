@@ -8,7 +8,8 @@ import numpy as np
 from _server_fakes import PIXELS, EvaluationLog, eval_metrics, reply, train_metrics, w
 from flwr.app import MessageType
 
-from client_app import records
+from app_protocol import records
+from server_app.site_strategy import RoundPlan
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy
 
@@ -46,7 +47,7 @@ class SharedNodeGrid:
 def test_a_round_with_two_sites_on_one_node_keeps_them_apart():
     # Prepare
     evaluations = EvaluationLog()
-    strategy = FedAvgStrategy(w(0.0), SHARED, 1, 1, evaluations)
+    strategy = FedAvgStrategy(w(0.0), SHARED, RoundPlan(1, 1), evaluations)
     grid = SharedNodeGrid()
 
     # Execute
@@ -69,7 +70,7 @@ class ReversedGrid(SharedNodeGrid):
 
 
 def test_replies_are_aggregated_in_site_order_whatever_order_they_arrive_in():
-    strategy = FedAvgStrategy(w(0.0), SHARED, 1, 1, EvaluationLog())
+    strategy = FedAvgStrategy(w(0.0), SHARED, RoundPlan(1, 1), EvaluationLog())
 
     replies = strategy.exchange(ReversedGrid(), strategy.configure_train(1, None, None, None), 5.0, 1)
 

@@ -6,7 +6,7 @@ import pytest
 from _server_fakes import reply
 from flwr.app import MessageType
 
-from client_app import records
+from app_protocol import records
 from server_app.discovery import discover_sites
 from server_app.site_assignment import assign_sites
 

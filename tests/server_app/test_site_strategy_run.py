@@ -7,7 +7,8 @@ import pytest
 from _server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
 from flwr.app import MessageType
 
-from client_app import records
+from app_protocol import records
+from server_app.site_strategy import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy
 
 
@@ -44,9 +45,9 @@ class FakeGrid:
 class SpyStrategy(FedAvgStrategy):
     """FedAvg that logs every strategy method ``run`` calls."""
 
-    def __init__(self, events: list[tuple], eval_every: int, num_rounds: int) -> None:
+    def __init__(self, events: list[tuple], eval_every: int, num_rounds: int, min_replies: int = 1) -> None:
         self.evaluations = EvaluationLog()
-        super().__init__(w(0.0, 0.0), NODES, eval_every, num_rounds, self.evaluations)
+        super().__init__(w(0.0, 0.0), NODES, RoundPlan(num_rounds, eval_every, min_replies), self.evaluations)
         self.events = events
 
     def configure_train(self, server_round, arrays, config, grid):
@@ -148,8 +149,7 @@ def test_a_first_round_after_the_last_runs_nothing():
 def test_a_failing_round_stops_the_run_before_after_round():
     # Prepare
     events: list[tuple] = []
-    strategy = SpyStrategy(events, 1, 3)
-    strategy.min_replies = 4  # three sites can never satisfy it
+    strategy = SpyStrategy(events, 1, 3, min_replies=4)  # three sites can never satisfy it
 
     # Execute / Assert
     with pytest.raises(RuntimeError, match="min-replies"):

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedsm import FedSMPayload
-from fedsm_core.algorithms.fedsm_client import TrainSettings, train_fedsm_client
-from fedsm_core.algorithms.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
+from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsm_core.algorithms.fedprox import ProximalTerm
+from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
 from fedsm_core.algorithms.personalization.base import PersonalStart, PersonalTrainer
 from fedsm_core.training.local_update import Learner
 
@@ -17,7 +17,7 @@ def start_ditto(start: PersonalStart) -> PersonalTrainer:
 
         grad f_k(v_k) + lambda * (v_k - w).
 
-    The proximal term is FedProx's :class:`~fedsm_core.algorithms.fedprox.ProximalTerm`
+    The proximal term is FedProx's :class:`~fedsm_core.algorithms.baselines.fedprox.ProximalTerm`
     with ``mu = lambda``; ``lambda = 0`` is local training of ``v_k``. The
     server keeps every reply as it is: Ditto's personalized models never mix.
     """

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.aggregation import Weights
+from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.personalization.base import Batches, PersonalStart, PersonalTrainer
 from fedsm_core.models.weights import get_weights
 from fedsm_core.training.local_update import Learner, LossFn

@@ -28,7 +28,7 @@ import dataclasses
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedprox import ProximalTerm
+from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
 from fedsm_core.algorithms.personalization.base import PersonalStart, PersonalTrainer
 from fedsm_core.training.local_update import Learner
 from fedsm_core.training.precision import FP32, StepPrecision

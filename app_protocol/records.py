@@ -1,0 +1,87 @@
+"""The message protocol between ServerApp and ClientApp (record keys and codecs).
+
+Both apps import this module, so every record key is defined once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+GLOBAL = "global"
+PERSONAL = "personal"
+PERSONALIZED = "personalized"
+SELECTOR = "selector"
+SELECTOR_OPTIMIZER = "selector-optimizer"
+CONFIG = "config"
+METRICS = "metrics"
+SITE = "site"
+ROUTE = "route"  # {"site-name": ...}: the site a message is for (a simulated node may serve several)
+NODE = "node"  # a node's identity: its node config's site-name, or its partition-id and num-partitions
+SERVER_CONTROL = "server-control"
+CONTROL_DELTA = "control-delta"
+CLIENT_CONTROL_STATE = "scaffold-client-control"
+PERSONAL_STATE = "personalization-client-state"
+SELECTOR_STATISTICS = "selector-statistics"
+# What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
+ASK = "ask"
+ASK_SITE = "site"
+ASK_NODE = "node"  # which site the node is named as, or its simulated partition
+DEVICE_STATE = "device-logged"
+SEPARATOR = "|"
+
+
+def to_record(weights: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """Pack a ``name -> array`` dictionary into an ArrayRecord."""
+    return ArrayRecord({key: Array(np.require(value, requirements="C")) for key, value in weights.items()})
+
+
+def from_record(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """Unpack an ArrayRecord into a ``name -> array`` dictionary."""
+    return {key: array.numpy() for key, array in record.items()}
+
+
+def models_to_record(models: Sequence[Mapping[str, np.ndarray]]) -> ArrayRecord:
+    """Pack several weight dictionaries into one record, keys ``"<index>|<name>"``."""
+    return ArrayRecord(
+        {f"{index}{SEPARATOR}{key}": Array(np.require(value, requirements="C"))
+         for index, weights in enumerate(models) for key, value in weights.items()}
+    )
+
+
+def models_from_record(record: ArrayRecord, count: int) -> list[dict[str, np.ndarray]]:
+    """Inverse of :func:`models_to_record`; checks that all ``count`` models are present."""
+    models: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
+    for key, array in record.items():
+        index, _, name = key.partition(SEPARATOR)
+        if not index.isdigit() or int(index) >= count:
+            raise ValueError(f"record key '{key}' does not name one of {count} models")
+        models[int(index)][name] = array.numpy()
+    empty = [index for index, weights in enumerate(models) if not weights]
+    if empty:
+        raise ValueError(f"record holds no weights for model(s) {empty} of {count}")
+    return models
+
+
+def to_metrics(values: Mapping[str, float | list[float]]) -> MetricRecord:
+    """Metrics as floats (or lists of floats) in a MetricRecord."""
+    return MetricRecord(
+        {key: [float(v) for v in value] if isinstance(value, list) else float(value) for key, value in values.items()}
+    )
+
+
+def to_config(values: Mapping[str, int | float | str | bool]) -> ConfigRecord:
+    """Plain settings in a ConfigRecord."""
+    return ConfigRecord(dict(values))
+
+
+def with_route(content: RecordDict, site: str) -> RecordDict:
+    """``content`` addressed to ``site`` (a simulated node may serve several sites)."""
+    return RecordDict({**content, ROUTE: to_config({"site-name": site})})
+
+
+def decode_route(content: RecordDict) -> str | None:
+    """The site a message is addressed to, or ``None`` when it names none."""
+    return str(content[ROUTE]["site-name"]) if ROUTE in content else None

@@ -1,0 +1,146 @@
+"""Paired encoders and decoders of every message kind the two apps exchange.
+
+Each ``encode_*`` has its ``decode_*``; a test round-trips every pair. The
+ServerApp encodes requests and decodes replies, the ClientApp the reverse, and
+neither spells a record key outside this package.
+
+Message kinds
+-------------
+* training of one model (FedAvg, FedProx, SCAFFOLD, HarmoFL, FedBN) and its reply;
+* FedSM training (global, own personalized model, selector, its moments) and its reply;
+* FedSM-extra's selector training (the whole super model, the ``K + 1`` selector) and its reply;
+* evaluation of one model, or of the super model (Algorithm 2's inputs and gamma);
+* queries: which node this is, a site's data sizes and pixel statistics, the
+  embedding statistics of a selector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from flwr.app import ConfigRecord, RecordDict
+
+from app_protocol import records
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
+from fedsm_core.models.weights import Weights
+
+Metrics = Mapping[str, float | list[float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRequest:
+    """A training message: its round, its phase (FedSM-extra) and the weights it carries by record key."""
+
+    server_round: int
+    phase: str
+    weights: dict[str, Weights]
+
+
+def _config(content: RecordDict) -> ConfigRecord:
+    return content[records.CONFIG] if records.CONFIG in content else ConfigRecord()
+
+
+# --- training of one model --------------------------------------------------------------------------
+
+
+def encode_model_train(weights: Weights, server_round: int, server_control: Weights | None = None) -> RecordDict:
+    """One model to train (``GLOBAL``), and SCAFFOLD's server control variate when given."""
+    content = RecordDict({records.GLOBAL: records.to_record(weights),
+                          records.CONFIG: records.to_config({"server-round": server_round})})
+    if server_control is not None:
+        content[records.SERVER_CONTROL] = records.to_record(server_control)
+    return content
+
+
+def decode_train(content: RecordDict) -> TrainRequest:
+    """Any training message: round, phase and every weight record it holds."""
+    config = _config(content)
+    keys = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER, records.SERVER_CONTROL)
+    weights = {key: records.from_record(content[key]) for key in keys if key in content}
+    if records.PERSONALIZED in content:
+        weights[records.PERSONALIZED] = content[records.PERSONALIZED]  # decoded with its model count
+    return TrainRequest(int(config["server-round"]), str(config.get("phase", "")), weights)
+
+
+def encode_model_reply(weights: Weights, metrics: Metrics, num_examples: int,
+                       control_delta: Weights | None = None) -> RecordDict:
+    """The trained model, its metrics and training-set size, and SCAFFOLD's ``c_k+ - c_k``."""
+    content = RecordDict({records.GLOBAL: records.to_record(weights),
+                          records.METRICS: records.to_metrics({**metrics, "num-examples": num_examples})})
+    if control_delta is not None:
+        content[records.CONTROL_DELTA] = records.to_record(control_delta)
+    return content
+
+
+def decode_weights(content: RecordDict, keys: Sequence[str]) -> dict[str, Weights]:
+    """The weight records ``keys`` of a reply; a missing key raises ``KeyError`` naming it."""
+    return {key: records.from_record(content[key]) for key in keys}
+
+
+# --- FedSM ------------------------------------------------------------------------------------------
+
+
+def encode_fedsm_train(payload: FedSMPayload, server_round: int, phase: str = "") -> RecordDict:
+    """Algorithm 1's inputs at one site: global, its own personalized model, selector and moments."""
+    settings: dict[str, object] = {"server-round": server_round}
+    if phase:
+        settings["phase"] = phase
+    return RecordDict({
+        records.GLOBAL: records.to_record(payload.global_weights),
+        records.PERSONAL: records.to_record(payload.personal_weights),
+        records.SELECTOR: records.to_record(payload.selector_weights),
+        records.SELECTOR_OPTIMIZER: records.to_record(payload.selector_optimizer),
+        records.CONFIG: records.to_config(settings),
+    })
+
+
+def decode_fedsm_train(content: RecordDict) -> FedSMPayload:
+    """Inverse of :func:`encode_fedsm_train`."""
+    weights = decode_weights(content, FEDSM_KEYS)
+    return FedSMPayload(*(weights[key] for key in FEDSM_KEYS))
+
+
+FEDSM_KEYS = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER)
+
+
+def encode_fedsm_reply(update: FedSMUpdate, metrics: Metrics) -> RecordDict:
+    """A site's FedSM update and its training metrics."""
+    content = RecordDict({key: records.to_record(value) for key, value in zip(
+        FEDSM_KEYS, (update.global_weights, update.personal_weights, update.selector_weights,
+                     update.selector_optimizer), strict=True)})
+    content[records.METRICS] = records.to_metrics({**metrics, "num-examples": update.num_examples})
+    return content
+
+
+def decode_fedsm_reply(weights: Mapping[str, Weights], num_examples: int) -> FedSMUpdate:
+    """The update of a reply whose records :func:`decode_weights` read (and the server checked)."""
+    return FedSMUpdate(*(weights[key] for key in FEDSM_KEYS), num_examples=num_examples)
+
+
+def encode_extra_selector_train(global_weights: Weights, personalized: Sequence[Weights], selector: Weights,
+                                moments: Weights, server_round: int) -> RecordDict:
+    """FedSM-extra's extra round: the whole super model and the ``K + 1``-output selector with its moments."""
+    return RecordDict({
+        records.GLOBAL: records.to_record(global_weights),
+        records.PERSONALIZED: records.models_to_record(personalized),
+        records.SELECTOR: records.to_record(selector),
+        records.SELECTOR_OPTIMIZER: records.to_record(moments),
+        records.CONFIG: records.to_config({"server-round": server_round, "phase": "selector"}),
+    })
+
+
+def decode_personalized(request: TrainRequest | RecordDict, count: int) -> list[Weights]:
+    """The ``count`` personalized models of an extra-round or super-model message, in site order."""
+    record = request.weights[records.PERSONALIZED] if isinstance(request, TrainRequest) \
+        else request[records.PERSONALIZED]
+    return records.models_from_record(record, count)
+
+
+def encode_selector_reply(weights: Weights, moments: Weights, metrics: Metrics, num_examples: int) -> RecordDict:
+    """A site's trained selector (FedSM-extra) and its Adam moments."""
+    return RecordDict({
+        records.SELECTOR: records.to_record(weights),
+        records.SELECTOR_OPTIMIZER: records.to_record(moments),
+        records.METRICS: records.to_metrics({**metrics, "num-examples": num_examples}),
+    })

@@ -1,0 +1,70 @@
+"""FedBN (Li et al., ICLR 2021): normalization layers stay at their site.
+
+Feature shift between scanners shows up in the statistics a normalization
+layer learns. FedBN averages every weight but those of the normalization
+layers (affine scale and shift, running mean and variance, batch counter),
+which each site keeps for itself:
+
+    w_shared <- sum_k (n_k / n) w_k,shared,     w_k,norm stays w_k,norm
+
+The local entries are chosen by module type (batch, instance, group and layer
+normalization), never by name substrings: a parameter called ``bn_like`` in
+some encoder must not be caught by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch.nn as nn
+
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import Weights
+
+NORM_TYPES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
+def local_entries(model: nn.Module) -> set[str]:
+    """State-dict keys (parameters and buffers) of the model's normalization layers."""
+    keys: set[str] = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, NORM_TYPES):
+            prefix = f"{module_name}." if module_name else ""
+            keys.update(prefix + name for name, _ in module.named_parameters(recurse=False))
+            keys.update(prefix + name for name, _ in module.named_buffers(recurse=False))
+    return keys
+
+
+def fedbn_aggregate(site_weights: Mapping[str, Weights], sizes: Mapping[str, float],
+                    local: set[str]) -> dict[str, Weights]:
+    """Each site's next weights: the n_k-weighted average of shared entries, its own local ones.
+
+    Parameters
+    ----------
+    site_weights : mapping
+        Site -> weights after local training.
+    sizes : mapping
+        Site -> number of training examples ``n_k``.
+    local : set of str
+        Entries that never leave their site (:func:`local_entries`).
+    """
+    if not site_weights:
+        raise ValueError("fedbn_aggregate: no site weights")
+    sites = list(site_weights)
+    shared_keys = [k for k in site_weights[sites[0]] if k not in local]
+    shared = weighted_average([{k: site_weights[s][k] for k in shared_keys} for s in sites],
+                              [sizes[s] for s in sites])
+    return {s: {**shared, **{k: v for k, v in site_weights[s].items() if k in local}} for s in sites}
+
+
+def shared_part(weights: Weights, local: set[str]) -> Weights:
+    """The entries that are averaged (what a FedBN global model holds)."""
+    return {k: v for k, v in weights.items() if k not in local}
+
+
+def merge_local(shared: Weights, own: Weights, local: set[str]) -> Weights:
+    """A site's model: the shared entries with its own normalization entries."""
+    missing = sorted(set(local) - set(own))
+    if missing:
+        raise ValueError(f"merge_local: the site's own weights lack normalization entries {missing[:3]}")
+    return {**shared, **{k: own[k] for k in local}}

@@ -1,0 +1,167 @@
+"""FedSM client side: one round of Algorithm 1 on one site's data."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
+from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
+from fedsm_core.algorithms.personalization.registry import personalization
+from fedsm_core.config import RunConfig
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.style import randomize_style
+from fedsm_core.losses import soft_dice_loss
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.training.batches import iterate_batches
+from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
+from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
+from fedsm_core.training.weight_perturbation import WeightPerturbation
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """Local-training settings sent by the server each round."""
+
+    batch_size: int
+    local_epochs: int
+    max_local_steps: int
+    lr: float
+    selector_lr: float
+    seed: int
+    selector_negatives: bool = True
+    train_selector: bool = True
+    augmentation: str = "flip"
+    personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
+    perturbation_alpha: float = 0.0
+    precision: str = "fp32"
+
+
+def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
+    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed."""
+    return TrainSettings(
+        batch_size=config.batch_size,
+        local_epochs=config.local_epochs,
+        max_local_steps=config.max_local_steps,
+        lr=config.lr,
+        selector_lr=config.selector_lr,
+        seed=config.seed * 1_000_003 + server_round * 101 + site_index,
+        selector_negatives=config.selector_negatives,
+        augmentation=config.augmentation,
+        personalization=PersonalizationSettings.from_run_config(config),
+        perturbation_alpha=config.active_perturbation_alpha,
+        precision=config.precision,
+    )
+
+
+def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
+    """Selector inputs and targets for a batch of site ``k``.
+
+    Algorithm 1's target is ``one_hot(k)`` for every image. With ``negatives``,
+    each image is also shown with a random acquisition style
+    (:func:`fedsm_core.data.style.randomize_style`) and the target "any other
+    site", ``(1 - one_hot(k)) / (K - 1)``. A site's local loss then cannot be
+    minimised by calling every image its own, which is what collapses a
+    selector trained on one label per client; it has to recognise its own
+    acquisition style.
+    """
+
+    def batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        own = F.one_hot(torch.full((len(images),), site_index, device=images.device), num_sites).to(images.dtype)
+        if not negatives or num_sites < 2:
+            return images, own
+        others = (1.0 - own) / (num_sites - 1)
+        return torch.cat([images, randomize_style(images, generator)]), torch.cat([own, others])
+
+    return batch
+
+
+def train_fedsm_client(
+    payload: FedSMPayload,
+    site_index: int,
+    data: SegArrays,
+    spec: ModelSpec,
+    settings: TrainSettings,
+    device: torch.device,
+    client_state: Weights | None = None,
+) -> tuple[FedSMUpdate, dict[str, float]]:
+    """Train the global copy, the site's personalized model and the selector.
+
+    For every minibatch: one Adam step on the global copy (soft Dice loss), one on
+    personalized model ``k`` (soft Dice loss) and one on the selector with target
+    ``one_hot(k)`` (cross-entropy; see :func:`site_batch` for the optional
+    site-contrast negatives). The selector's Adam starts from the moments the
+    server averaged and returns its new moments.
+
+    How the personalized model is trained is ``settings.personalization.method``
+    (:mod:`fedsm_core.algorithms.personalization`); FedSM's own is a plain
+    Adam step on the model the server sent. ``client_state`` is what this site
+    kept from its previous round (``update.client_state`` of that round).
+
+    Returns
+    -------
+    (FedSMUpdate, dict)
+        The update for the server and the mean losses / step count.
+    """
+    if not 0 <= site_index < spec.num_sites:
+        raise ValueError(f"site index {site_index} is outside 0..{spec.num_sites - 1}")
+    global_model = _loaded(spec.build_segmentation(), payload.global_weights, "global model", device)
+    personal = personalization(settings.personalization.method).start(PersonalStart(
+        global_model, payload.global_weights, payload.personal_weights, client_state or {},
+        build=lambda: spec.build_segmentation().to(device),
+        optimizer=lambda parameters: torch.optim.Adam(parameters, lr=settings.lr),
+        loss_fn=soft_dice_loss, settings=settings.personalization,
+    ))
+    selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
+    selector_step = selector_learner(selector, payload.selector_optimizer, site_index, spec.num_sites, settings)
+    learners = [
+        Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
+                hooks=segmentation_hooks(settings)),
+        personal.learner,
+    ]
+    if settings.personalization.method in PLAIN_STEP_METHODS:
+        personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
+    if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
+        learners.append(selector_step)
+    metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
+                             settings.max_local_steps, settings.seed, device,
+                             settings.augmentation, settings.precision)
+    update = FedSMUpdate(
+        global_weights=get_weights(global_model),
+        personal_weights=personal.deployed(lambda: iterate_batches(data, settings.batch_size, shuffle=False)),
+        selector_weights=get_weights(selector),
+        selector_optimizer=adam_state_to_arrays(selector, selector_step.optimizer),
+        num_examples=len(data.images),
+        client_state=personal.client_state(),
+    )
+    return update, metrics
+
+
+def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num_sites: int,
+                     settings: TrainSettings) -> Learner:
+    """The selector's learner at site ``k``: Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`."""
+    optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    load_adam_state(selector, optimizer, moments)
+    style_generator = torch.Generator().manual_seed(settings.seed + 1)
+    return Learner("selector", selector, optimizer, F.cross_entropy,
+                   site_batch(site_index, num_sites, settings.selector_negatives, style_generator))
+
+
+# Personalized learners that take the loop's plain step, so weight perturbation composes with them;
+# APFL, Per-FedAvg and pFedMe take steps of their own and are trained without it.
+PLAIN_STEP_METHODS = ("softpull", "ft", "ditto")
+
+
+def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:
+    """Hooks every segmentation learner gets: HarmoFL's weight perturbation when ``perturbation_alpha > 0``."""
+    return [WeightPerturbation(settings.perturbation_alpha)] if settings.perturbation_alpha > 0 else []
+
+
+def _loaded(model: nn.Module, weights, where: str, device: torch.device) -> nn.Module:
+    set_weights(model, weights, where)
+    return model.to(device)

@@ -1,0 +1,188 @@
+"""The selector head fitted from site statistics: LDA math, statistics, and why it fixes one-label sites."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedsm_core.algorithms.fedsm.fedsm import FedSM
+from fedsm_core.algorithms.fedsm.client import site_batch
+from fedsm_core.algorithms.fedsm.selector_head import (
+    HEAD_BIAS,
+    HEAD_WEIGHT,
+    SelectorStatistics,
+    fit_selector_head,
+    selector_statistics,
+    with_fitted_head,
+)
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.models.selector import Selector
+from fedsm_core.models.weights import get_weights, set_weights
+
+
+def _arrays(images: torch.Tensor) -> SegArrays:
+    """A split of these images with empty masks (the selector never looks at masks)."""
+    masks = np.zeros((len(images), 1, *images.shape[2:]), dtype=np.float32)
+    return SegArrays(images.numpy(), masks, tuple(f"image-{i}" for i in range(len(images))))
+
+
+def _stats(points: list[list[float]]) -> SelectorStatistics:
+    z = np.array(points, dtype=np.float64)
+    return SelectorStatistics(float(len(z)), z.sum(axis=0), z.T @ z)
+
+
+def test_lda_head_matches_the_hand_computed_solution():
+    # Prepare: site A {(1, 1), (1, -1)}, site B {(-1, 1), (-1, -1)}
+    # means (1, 0) and (-1, 0); within scatter of each site [[0, 0], [0, 2]], so S = [[0, 0], [0, 4]] / 4
+    # shrinkage 0.5: tr(S) / 2 = 0.5, S_a = 0.5 S + 0.5 * 0.5 I = [[0.25, 0], [0, 0.75]]
+    # W_A = S_a^-1 (1, 0) = (4, 0), b_A = -1/2 * (4 * 1) = -2; W_B = (-4, 0), b_B = -2
+    statistics = [_stats([[1, 1], [1, -1]]), _stats([[-1, 1], [-1, -1]])]
+
+    # Execute
+    weight, bias = fit_selector_head(statistics, shrinkage=0.5)
+
+    # Assert
+    np.testing.assert_allclose(weight, [[4.0, 0.0], [-4.0, 0.0]])
+    np.testing.assert_allclose(bias, [-2.0, -2.0])
+
+
+def test_lda_head_reduces_to_nearest_mean_with_full_shrinkage_and_isotropic_spread():
+    # shrinkage 1: S_a = (tr(S) / D) I = s I, so logit_k = (mu_k . z - |mu_k|^2 / 2) / s: nearest mean wins
+    statistics = [_stats([[2, 0], [4, 0], [3, 1], [3, -1]]), _stats([[0, 3], [0, 5], [1, 4], [-1, 4]])]
+    weight, bias = fit_selector_head(statistics, shrinkage=1.0)
+    means = np.array([[3.0, 0.0], [0.0, 4.0]])
+    scale = np.trace(sum(s.gram - s.count * np.outer(m, m) for s, m in zip(statistics, means))) / 8 / 2
+    np.testing.assert_allclose(weight, means / scale)
+    np.testing.assert_allclose(bias, -0.5 * (means**2).sum(axis=1) / scale)
+
+
+@pytest.mark.parametrize("shrinkage", [-0.1, 1.5])
+def test_shrinkage_outside_the_unit_interval_is_refused(shrinkage):
+    statistics = [_stats([[1, 1]]), _stats([[0, 1]])]
+    with pytest.raises(ValueError, match="selector-shrinkage"):
+        fit_selector_head(statistics, shrinkage)
+
+
+def test_statistics_round_trip_and_reject_bad_shapes():
+    statistics = _stats([[1, 2, 3], [4, 5, 6]])
+    back = SelectorStatistics.from_arrays(statistics.to_arrays())
+    assert back.count == 2.0
+    np.testing.assert_array_equal(back.gram, statistics.gram)
+    with pytest.raises(ValueError, match="lack"):
+        SelectorStatistics.from_arrays({"count": np.array([2.0]), "sum": np.zeros(3)})
+    with pytest.raises(ValueError, match="expected"):
+        SelectorStatistics(2.0, np.zeros(3), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="count"):
+        SelectorStatistics(0.0, np.zeros(2), np.zeros((2, 2)))
+
+
+def test_selector_statistics_are_the_sums_over_the_images_and_their_flips():
+    # Prepare
+    torch.manual_seed(0)
+    selector = Selector(num_sites=2, width=2)
+    images = torch.rand(3, 3, 32, 32)
+    data = _arrays(images)
+
+    # Execute
+    statistics = selector_statistics(selector, data, flips=True, batch_size=2)
+
+    # Assert: four views per image, summed in float64
+    with torch.no_grad():
+        views = torch.cat([images, images.flip(-1), images.flip(-2), images.flip(-1, -2)])
+        z = selector.embed(views).double().numpy()
+    assert statistics.count == 12
+    np.testing.assert_allclose(statistics.total, z.sum(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(statistics.gram, z.T @ z, rtol=1e-5, atol=1e-4)
+    assert selector_statistics(selector, data, flips=False).count == 3
+
+
+def _style_sites(num_sites: int = 3, per_site: int = 12) -> list[torch.Tensor]:
+    """Sites that differ only in acquisition: a colour gain and a brightness offset on shared content."""
+    generator = torch.Generator().manual_seed(1)
+    content = torch.rand(per_site * num_sites, 1, 32, 32, generator=generator).repeat(1, 3, 1, 1)
+    gains = torch.tensor([[1.0, 0.8, 0.7], [0.7, 1.0, 0.8], [0.8, 0.7, 1.0]])[:num_sites]
+    return [(content[k * per_site:(k + 1) * per_site] * gains[k].view(1, 3, 1, 1)).clamp(0, 1)
+            for k in range(num_sites)]
+
+
+def _accuracy(selector: Selector, sites: list[torch.Tensor]) -> float:
+    with torch.no_grad():
+        hits = [(selector(x).argmax(dim=1) == k).float().mean().item() for k, x in enumerate(sites)]
+    return float(np.mean(hits))
+
+
+def _federated_rounds(selector: Selector, sites: list[torch.Tensor], rounds: int) -> None:
+    """FedAvg of the selector where every site trains only on its own label (Algorithm 1), no negatives."""
+    for _ in range(rounds):
+        replies = []
+        for k, x in enumerate(sites):
+            local = Selector(len(sites), 2)
+            local.load_state_dict(selector.state_dict())
+            optimizer = torch.optim.Adam(local.parameters(), lr=1e-2)
+            inputs, targets = site_batch(k, len(sites), negatives=False)(x, x)
+            for _ in range(3):
+                optimizer.zero_grad()
+                F.cross_entropy(local(inputs), targets).backward()
+                optimizer.step()
+            replies.append(get_weights(local))
+        set_weights(selector, {key: np.mean([r[key] for r in replies], axis=0) for key in replies[0]}, "selector")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread; on a busy machine two made this test 15 times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_one_label_sites_average_to_a_poor_head_that_the_fitted_head_repairs(one_thread):
+    # Prepare: the failure this module fixes: every site shows only its own label
+    torch.manual_seed(0)
+    sites = _style_sites()
+    selector = Selector(num_sites=3, width=2)
+    _federated_rounds(selector, sites, rounds=5)
+    trained_accuracy = _accuracy(selector, sites)
+
+    # Execute: refit only the head from each site's embedding sums; the trunk is unchanged
+    data = [_arrays(x) for x in sites]
+    fitted = with_fitted_head(get_weights(selector), [selector_statistics(selector, d) for d in data], 0.1)
+    set_weights(selector, fitted, "selector")
+
+    # Assert: the same features separate the sites once the head sees every site's statistics
+    assert trained_accuracy < 0.9
+    assert _accuracy(selector, sites) == 1.0
+
+
+def test_fedsm_fits_the_head_only_from_every_site():
+    # Prepare
+    selector = Selector(num_sites=2, width=2)
+    fedsm = FedSM(["a", "b"], {"w": np.zeros(1)}, get_weights(selector), lam=0.5)
+    dim = selector.feature_dim
+    before = {key: value.copy() for key, value in fedsm.selector_weights.items()}
+    # two embeddings per site, mean +1 (a) or -1 (b) in every dimension, unit within-site spread
+    a = SelectorStatistics(2.0, 2 * np.ones(dim), 2 * (np.ones((dim, dim)) + np.eye(dim)))
+    b = SelectorStatistics(2.0, -2 * np.ones(dim), 2 * (np.ones((dim, dim)) + np.eye(dim)))
+
+    # Execute / Assert: one site missing leaves the selector as it was
+    with pytest.raises(ValueError, match=r"no statistics from \['b'\]"):
+        fedsm.fit_selector_head({"a": a}, 0.1)
+    for key, value in before.items():
+        np.testing.assert_array_equal(fedsm.selector_weights[key], value)
+    fedsm.fit_selector_head({"b": b, "a": a}, 0.1)
+    weight = fedsm.selector_weights[HEAD_WEIGHT]
+    assert weight.dtype == np.float32 and weight.shape == (2, dim)
+    # site order is the selector's, not the mapping's: row 0 points towards a's mean (+1)
+    assert weight[0].sum() > 0 > weight[1].sum()
+    np.testing.assert_allclose(fedsm.selector_weights[HEAD_BIAS][0], fedsm.selector_weights[HEAD_BIAS][1])
+    np.testing.assert_array_equal(fedsm.selector_weights["features.0.weight"], before["features.0.weight"])
+
+
+def test_a_head_for_another_selector_is_refused():
+    selector = Selector(num_sites=3, width=2)
+    statistics = [_stats([[1, 1]]), _stats([[0, 1]])]
+    with pytest.raises(ValueError, match="another selector"):
+        with_fitted_head(get_weights(selector), statistics, 0.1)
