@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
 from fedsm_core.algorithms.fedsm.client import round_settings, train_fedsm_client
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
@@ -31,6 +32,7 @@ from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.methods import METHODS
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
 from fedsm_core.reporting import pool_site_metrics
@@ -46,6 +48,8 @@ class Federation:
     spec: ModelSpec
     fedsm: FedSM
     device: torch.device
+    # What stays at each site between rounds (APFL's v_k and alpha_k), as the ClientApp keeps it per site
+    client_states: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 def _clock(device: torch.device) -> float:
@@ -61,6 +65,8 @@ def prepare(config: RunConfig) -> Federation:
     The U-Net is initialised under ``torch.manual_seed(seed)``; the selector's
     input statistics are the pooled pixel statistics of the training splits.
     """
+    if METHODS[config.strategy].family != "fedsm" or METHODS[config.strategy].extra_selector:
+        raise ValueError(f"strategy = '{config.strategy}': the in-process loop runs FedSM only; use strategy 'fedsm'")
     set_cpu_threads(config.torch_threads)
     info = training_dataset(config.dataset, config.held_out_site)
     sites = [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
@@ -79,10 +85,17 @@ def train_round(federation: Federation, server_round: int) -> int:
         settings = round_settings(federation.config, server_round, index)
         torch.manual_seed(settings.seed)
         payload = federation.fedsm.payload_for(site.name)
+        state = federation.client_states.get(site.name, {})
         updates[site.name], metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
-                                                         federation.device)
+                                                         federation.device, state)
+        if updates[site.name].client_state:
+            federation.client_states[site.name] = updates[site.name].client_state
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates)
+    config = federation.config
+    schedule = AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
+    if config.uses_amplitude_normalization and schedule.due(server_round):  # as the FedSM strategy does
+        federation.fedsm.fix_amplitude(schedule, list(updates.values()))
     return images
 
 

@@ -115,11 +115,11 @@ class FedSMStrategy(SiteStrategy):
 
     def _fix_amplitude(self, server_round: int, updates: list[FedSMUpdate]) -> None:
         """In HarmoFL's freeze round, give the global and every personalized model the global amplitude."""
-        models = {"": self.fedsm.global_weights, **self.fedsm.personalized}
-        fixed = self.fix_amplitude(server_round, [u.global_weights for u in updates],
-                                   [u.num_examples for u in updates], models)
-        self.fedsm.global_weights = fixed.pop("")
-        self.fedsm.personalized = fixed
+        if self.plan.amplitude is None or not self.plan.amplitude.due(server_round):
+            return
+        log(INFO, "round %d: %d sites' average amplitudes merged into the global amplitude, fixed from now on",
+            server_round, len(updates))
+        self.fedsm.fix_amplitude(self.plan.amplitude, updates)
 
     def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float) -> None:
         """Fit the selector's head from every site's embedding statistics (unless the head is kept as trained).

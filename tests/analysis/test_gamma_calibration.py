@@ -156,16 +156,19 @@ def test_fit_temperature_sharpens_an_underconfident_selector():
     assert fit_temperature(logits, labels, grid=[0.25, 0.5, 1.0, 2.0]) == 0.5
 
 
-def test_fit_temperature_is_the_brute_force_argmin_of_the_nll():
-    rng = np.random.default_rng(3)
-    logits = rng.normal(scale=4.0, size=(50, 3))
-    labels = rng.integers(0, 3, size=50)
-    losses = [negative_log_likelihood(logits, labels, t) for t in TEMPERATURE_GRID]
+def test_fit_temperature_matches_the_closed_form_of_a_two_class_case():
+    # Every image has logits (d, 0) and 80 % are labelled class 0. The NLL
+    # -0.8 log s(d / T) - 0.2 log s(-d / T) is least where s(d / T) = 0.8, i.e.
+    # d / T = ln(0.8 / 0.2) = ln 4; with d = 3 ln 4 that is T = 3 exactly.
+    d = 3.0 * math.log(4.0)
+    logits = np.tile([d, 0.0], (10, 1))
+    labels = np.array([0] * 8 + [1] * 2)
 
-    best = fit_temperature(logits, labels)
+    best = fit_temperature(logits, labels, grid=[1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 6.0])
 
-    assert best == TEMPERATURE_GRID[int(np.argmin(losses))]
-    assert best > 1.0  # labels unrelated to confident logits: the selector must be softened
+    assert best == 3.0
+    assert negative_log_likelihood(logits, labels, 3.0) == pytest.approx(
+        -(0.8 * math.log(0.8) + 0.2 * math.log(0.2)), abs=1e-12)
 
 
 def test_fit_temperature_needs_labels():

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics, with_fitted_head
 from fedsm_core.algorithms.fedsm.softpull import check_lam
 from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
@@ -143,6 +144,17 @@ class FedSM:
                              for site in self.site_names}
         self.global_weights, self.selector_weights = global_weights, selector_weights
         self.selector_optimizer = selector_optimizer
+
+    def fix_amplitude(self, schedule: AmplitudeSchedule, updates: Sequence[FedSMUpdate]) -> None:
+        """HarmoFL's freeze round: the sites' average amplitude fixed into the global and every personalized model.
+
+        ``updates`` are this round's replies, whose global models hold each
+        site's running amplitude average (:mod:`fedsm_core.algorithms.baselines.harmofl`).
+        """
+        models = {"": self.global_weights, **self.personalized}
+        fixed = schedule.fix([u.global_weights for u in updates], [u.num_examples for u in updates], models)
+        self.global_weights = fixed.pop("")
+        self.personalized = fixed
 
     def fit_selector_head(self, statistics: Mapping[str, SelectorStatistics], shrinkage: float) -> None:
         """Replace the selector's linear head by the one fitted from every site's embedding statistics.

@@ -1,0 +1,74 @@
+"""The in-process loop runs exactly what the app runs: one round, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from client_app import app as client
+from experiments import in_process
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.data.statistics import channel_statistics
+from fedsm_core.device import set_cpu_threads
+from server_app.discovery import SiteNode
+from server_app.strategies import Setup, build_strategy
+
+TINY = {"num-server-rounds": 1, "image-size": 32, "data-scale": 0.1, "max-local-steps": 2, "selector-width": 4,
+        "batch-size": 4}
+
+
+@pytest.fixture(autouse=True)
+def client_process(tmp_path, monkeypatch):
+    """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""
+    set_cpu_threads(1)
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def _app_round(settings: dict[str, object]):
+    """One FedSM round: the strategy's messages, each answered by the ClientApp's handler, then aggregation."""
+    config = RunConfig.from_mapping(settings)
+    federation = in_process.prepare(config)  # only for the data, spec and dataset info it loaded
+    nodes = [SiteNode(100 + index, index, site.name, len(site.train), len(site.val), len(site.test),
+                      channel_statistics(site.train.images)) for index, site in enumerate(federation.sites)]
+    info = training_dataset(config.dataset, config.held_out_site)
+    strategy, _ = build_strategy(Setup(config, info, federation.spec, nodes, lambda *args: None))
+    messages = list(strategy.configure_train(1, None, None, None))
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
+    replies = [client.train(message, context) for message in messages]  # each site's node answers for it
+    strategy.aggregate_train(1, replies)
+    return strategy.fedsm
+
+
+@pytest.mark.parametrize("extra", [{}, {"personalization": "apfl"}, {"amplitude-normalization": True}])
+def test_one_round_in_process_equals_one_round_of_the_apps(extra):
+    # Prepare
+    settings = {**TINY, **extra}
+
+    # Execute
+    federation = in_process.prepare(RunConfig.from_mapping(settings))
+    in_process.train_round(federation, 1)
+    app = _app_round(settings)
+
+    # Assert: the same start state, seeds, training and aggregation give identical weights
+    loop = federation.fedsm
+    for name, mine, theirs in [("global", loop.global_weights, app.global_weights),
+                               ("selector", loop.selector_weights, app.selector_weights),
+                               *[(f"personalized {site}", loop.personalized[site], app.personalized[site])
+                                 for site in loop.site_names]]:
+        assert mine.keys() == theirs.keys(), name
+        for key in mine:
+            np.testing.assert_array_equal(mine[key], theirs[key], err_msg=f"{name}: {key}")
+    assert any(not np.array_equal(federation.fedsm.global_weights[k], v)  # and the round did train
+               for k, v in in_process.prepare(RunConfig.from_mapping(settings)).fedsm.global_weights.items())
+
+
+def test_the_loop_refuses_what_it_does_not_run():
+    with pytest.raises(ValueError, match="strategy = 'fedavg'.*FedSM only"):
+        in_process.prepare(RunConfig.from_mapping({**TINY, "strategy": "fedavg"}))
