@@ -19,7 +19,7 @@ SPLITS = ("val", "test")
 class SuperModelWeights:
     """Algorithm 2's inputs as weights: personalized models in site order, the selector and gamma."""
 
-    personalized: list[Weights]
+    personalized: list[Weights | None]  # None: not sent, no image of the site is routed to it
     selector: Weights
     gamma: Gamma
     gamma_sweep: tuple[float, ...]
@@ -46,16 +46,24 @@ def encode_model_evaluation(weights: Weights, split: str) -> RecordDict:
 
 def encode_super_model_evaluation(global_weights: Weights, personalized: Sequence[Weights], selector: Weights,
                                   split: str, gamma: Gamma, gamma_sweep: Sequence[float] = (),
-                                  selector_includes_global: bool = False) -> RecordDict:
-    """Evaluate the super model on ``split``; validation also sweeps ``gamma_sweep``."""
+                                  selector_includes_global: bool = False,
+                                  send: Sequence[int] | None = None) -> RecordDict:
+    """Evaluate the super model on ``split``; validation also sweeps ``gamma_sweep``.
+
+    ``send`` lists the personalized models the site needs (its answer to an
+    ``ASK_MODELS`` query); ``None`` sends all of them.
+    """
     settings: dict[str, object] = {
         "split": _check_split(split), "gamma": list(gamma) if isinstance(gamma, tuple) else float(gamma),
         "gamma-sweep": [float(g) for g in gamma_sweep],
     }
     if selector_includes_global:
         settings["selector-includes-global"] = True
-    return RecordDict({records.GLOBAL: records.to_record(global_weights),
-                       records.PERSONALIZED: records.models_to_record(personalized),
+    if send is not None:
+        settings["sent-models"] = sorted({int(k) for k in send})
+    models = records.models_to_record(personalized) if send is None \
+        else records.models_to_record_subset(personalized, send)
+    return RecordDict({records.GLOBAL: records.to_record(global_weights), records.PERSONALIZED: models,
                        records.SELECTOR: records.to_record(selector), records.CONFIG: records.to_config(settings)})
 
 
@@ -68,7 +76,8 @@ def decode_evaluation(content: RecordDict, num_sites: int) -> EvaluationRequest:
         return EvaluationRequest(split, global_weights, None)
     gamma = config["gamma"]
     super_model = SuperModelWeights(
-        personalized=records.models_from_record(content[records.PERSONALIZED], num_sites),
+        personalized=records.models_from_record(content[records.PERSONALIZED], num_sites,
+                                                [int(k) for k in config.get("sent-models", range(num_sites))]),
         selector=records.from_record(content[records.SELECTOR]),
         gamma=check_gamma(tuple(gamma) if isinstance(gamma, list) else float(gamma)),
         gamma_sweep=tuple(float(g) for g in config.get("gamma-sweep", [])),
@@ -98,9 +107,12 @@ def decode_metrics(content: RecordDict) -> tuple[dict[str, float], dict[str, lis
 # --- queries ------------------------------------------------------------------------------------------
 
 
-def encode_query(ask: str, selector: Weights | None = None) -> RecordDict:
-    """A QUERY asking ``ask`` (:data:`records.ASK_NODE`, ``ASK_SITE``, ``SELECTOR_STATISTICS``)."""
-    content = RecordDict({records.CONFIG: records.to_config({records.ASK: ask})})
+def encode_query(ask: str, selector: Weights | None = None, **settings: object) -> RecordDict:
+    """A QUERY asking ``ask`` (:data:`records.ASK_NODE`, ``ASK_SITE``, ``SELECTOR_STATISTICS``, ``ASK_MODELS``).
+
+    ``settings`` go with it (``ASK_MODELS``: ``split`` and ``selector-includes-global``).
+    """
+    content = RecordDict({records.CONFIG: records.to_config({records.ASK: ask, **settings})})
     if selector is not None:
         content[records.SELECTOR] = records.to_record(selector)
     return content
@@ -110,15 +122,41 @@ def decode_query(content: RecordDict) -> str:
     """What a QUERY asks; ``site`` when it does not say."""
     asked = str(content[records.CONFIG].get(records.ASK, records.ASK_SITE)) if records.CONFIG in content \
         else records.ASK_SITE
-    known = (records.ASK_NODE, records.ASK_SITE, records.SELECTOR_STATISTICS)
+    known = (records.ASK_NODE, records.ASK_SITE, records.SELECTOR_STATISTICS, records.ASK_MODELS)
     if asked not in known:
         raise ValueError(f"query: unknown ask '{asked}'; expected one of {list(known)}")
     return asked
 
 
 def decode_statistics_query(content: RecordDict) -> Weights:
-    """The selector whose embedding statistics are asked for."""
+    """The selector whose embedding statistics (or routes, ``ASK_MODELS``) are asked for."""
     return records.from_record(content[records.SELECTOR])
+
+
+def encode_models_query(selector: Weights, split: str, selector_includes_global: bool = False) -> RecordDict:
+    """Ask a site which personalized models ``selector`` routes its ``split`` images to."""
+    return encode_query(records.ASK_MODELS, selector, split=_check_split(split),
+                        **{"selector-includes-global": bool(selector_includes_global)})
+
+
+def decode_models_query(content: RecordDict) -> tuple[Weights, str, bool]:
+    """Inverse of :func:`encode_models_query`: the selector, the split and whether it has a global output."""
+    config = content[records.CONFIG]
+    return (records.from_record(content[records.SELECTOR]), _check_split(str(config["split"])),
+            bool(config.get("selector-includes-global", False)))
+
+
+def encode_models_reply(indices: Sequence[int]) -> RecordDict:
+    """The personalized models a site's evaluation needs."""
+    return RecordDict({records.NEEDED_MODELS: records.to_config({"models": [int(k) for k in indices]})})
+
+
+def decode_models_reply(content: RecordDict, num_sites: int) -> list[int]:
+    """Inverse of :func:`encode_models_reply`; an index outside ``0..num_sites-1`` raises ``ValueError``."""
+    indices = sorted({int(k) for k in content[records.NEEDED_MODELS]["models"]})
+    if any(not 0 <= k < num_sites for k in indices):
+        raise ValueError(f"needed models {indices} are not all among the {num_sites} personalized models")
+    return indices
 
 
 def encode_node_reply(identity: Mapping[str, object]) -> RecordDict:

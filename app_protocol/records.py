@@ -29,6 +29,8 @@ SELECTOR_STATISTICS = "selector-statistics"
 ASK = "ask"
 ASK_SITE = "site"
 ASK_NODE = "node"  # which site the node is named as, or its simulated partition
+ASK_MODELS = "needed-models"  # which personalized models a split's images can be routed to
+NEEDED_MODELS = "needed-models"
 DEVICE_STATE = "device-logged"
 SEPARATOR = "|"
 
@@ -51,18 +53,32 @@ def models_to_record(models: Sequence[Mapping[str, np.ndarray]]) -> ArrayRecord:
     )
 
 
-def models_from_record(record: ArrayRecord, count: int) -> list[dict[str, np.ndarray]]:
-    """Inverse of :func:`models_to_record`; checks that all ``count`` models are present."""
+def models_to_record_subset(models: Sequence[Mapping[str, np.ndarray]], indices: Sequence[int]) -> ArrayRecord:
+    """Only the models at ``indices`` of ``models``, each under its own index (see :func:`models_to_record`)."""
+    return ArrayRecord(
+        {f"{index}{SEPARATOR}{key}": Array(np.require(value, requirements="C"))
+         for index in sorted(set(indices)) for key, value in models[index].items()}
+    )
+
+
+def models_from_record(record: ArrayRecord, count: int,
+                       required: Sequence[int] | None = None) -> list[dict[str, np.ndarray] | None]:
+    """Inverse of :func:`models_to_record`: ``count`` slots in index order.
+
+    Every model must be present unless ``required`` names the ones that must;
+    the others are ``None`` when the record does not hold them.
+    """
     models: list[dict[str, np.ndarray]] = [{} for _ in range(count)]
     for key, array in record.items():
         index, _, name = key.partition(SEPARATOR)
         if not index.isdigit() or int(index) >= count:
             raise ValueError(f"record key '{key}' does not name one of {count} models")
         models[int(index)][name] = array.numpy()
-    empty = [index for index, weights in enumerate(models) if not weights]
+    needed = range(count) if required is None else required
+    empty = [index for index in needed if not models[index]]
     if empty:
         raise ValueError(f"record holds no weights for model(s) {empty} of {count}")
-    return models
+    return [weights or None for weights in models]
 
 
 def to_metrics(values: Mapping[str, float | list[float]]) -> MetricRecord:

@@ -18,9 +18,11 @@ from flwr.common import log
 from app_protocol import records
 from app_protocol.evaluate_messages import (
     decode_evaluation,
+    decode_models_query,
     decode_query,
     decode_statistics_query,
     encode_metrics,
+    encode_models_reply,
     encode_node_reply,
     encode_site_reply,
     encode_statistics_reply,
@@ -38,7 +40,8 @@ from client_app.site import node_data_paths, node_device, node_identity, site_of
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings, train_fedsm_client
-from fedsm_core.algorithms.fedsm.fedsm_extra import train_extra_selector_client
+from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
+from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
@@ -107,6 +110,8 @@ def query(msg: Message, context: Context) -> Message:
         return Message(encode_node_reply(node_identity(context.node_config)), reply_to=msg)
     if asked == records.SELECTOR_STATISTICS:
         return Message(selector_statistics_reply(msg, context), reply_to=msg)
+    if asked == records.ASK_MODELS:
+        return Message(needed_models_reply(msg, context), reply_to=msg)
     config, info, site_index, _ = _setup(msg, context)
     site = _load_site(config, context, site_index)
     pixels = channel_statistics(site.train.images)
@@ -134,6 +139,18 @@ def selector_statistics_reply(msg: Message, context: Context) -> RecordDict:
     statistics = selector_statistics(selector, site.train, config.augmentation != "none", config.batch_size * 2,
                                      device)
     return encode_statistics_reply(statistics.to_arrays())
+
+
+def needed_models_reply(msg: Message, context: Context) -> RecordDict:
+    """The personalized models the received selector routes this site's split to, plus the site's own."""
+    config, info, site_index, device = _setup(msg, context)
+    site = _load_site(config, context, site_index)
+    weights, split, includes_global = decode_models_query(msg.content)
+    spec = _spec(config, info)
+    selector = (extra_spec(spec) if includes_global else spec).build_selector()
+    set_weights(selector, weights, "selector")
+    return encode_models_reply(needed_models(selector, getattr(site, split), site_index, includes_global,
+                                             config.batch_size * 2, device))
 
 
 @dataclasses.dataclass(frozen=True)

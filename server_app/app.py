@@ -56,6 +56,7 @@ def main(grid: Grid, context: Context) -> None:
     strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)
     validation_notes = strategy.finish_validation()
+    strategy.prepare_evaluation(grid, strategy.num_rounds, config.round_timeout, "test")
     test_replies = strategy.exchange(grid, strategy.evaluation_messages("test"), config.round_timeout,
                                      strategy.num_rounds, stage="test")
     strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)

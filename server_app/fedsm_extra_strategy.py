@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
 from app_protocol import records
-from app_protocol.evaluate_messages import encode_super_model_evaluation
 from app_protocol.train_messages import encode_extra_selector_train
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.models.weights import Weights
@@ -97,10 +96,9 @@ class FedSMExtraStrategy(FedSMStrategy):
     def _personalized(self) -> list[Weights]:
         return [self.fedsm.personalized[site] for site in self.fedsm.site_names]
 
-    def evaluation_content(self, split: str) -> RecordDict:
-        """The super model with the K + 1-output selector (no gamma)."""
-        return encode_super_model_evaluation(self.fedsm.global_weights, self._personalized(), self.extra_selector,
-                                             split, 0.0, selector_includes_global=True)
+    def evaluation_selector(self) -> tuple[Weights, bool]:
+        """The K + 1-output selector: its argmax is followed, no gamma."""
+        return self.extra_selector, True
 
     def finish_validation(self) -> list[str]:
         """FedSM-extra needs no gamma."""

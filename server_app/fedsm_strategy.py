@@ -11,9 +11,16 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from app_protocol import records
-from app_protocol.evaluate_messages import decode_statistics_reply, encode_query, encode_super_model_evaluation
+from app_protocol.evaluate_messages import (
+    decode_models_reply,
+    decode_statistics_reply,
+    encode_models_query,
+    encode_query,
+    encode_super_model_evaluation,
+)
 from app_protocol.train_messages import FEDSM_KEYS, decode_fedsm_reply, encode_fedsm_train
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
+from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, describe_gamma, pool_sweeps, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics
 from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
@@ -69,6 +76,7 @@ class FedSMStrategy(SiteStrategy):
         self.gamma: Gamma = gamma
         self.gamma_selection = gamma_selection
         self.last_counts: dict[str, float] = {}
+        self.needed: dict[str, dict[str, list[int]]] = {}  # split -> site -> models its images need
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -121,15 +129,19 @@ class FedSMStrategy(SiteStrategy):
             server_round, len(updates))
         self.fedsm.fix_amplitude(self.plan.amplitude, updates)
 
-    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float) -> None:
-        """Fit the selector's head from every site's embedding statistics (unless the head is kept as trained).
+    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float, split: str) -> None:
+        """Before validation, fit the selector head (``selector-head = fitted``); then ask which models each site needs."""
+        if split == "val" and self.selector_shrinkage is not None:
+            self._fit_selector_head(grid, server_round, timeout)
+        self.needed[split] = self._ask_needed_models(grid, server_round, timeout, split)
+
+    def _fit_selector_head(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """Fit the selector's head from every site's embedding statistics.
 
         Each site answers a query carrying the selector with the sums of its
         embeddings (:func:`~fedsm_core.algorithms.fedsm.selector_head.selector_statistics`).
         Without every site's answer the trained head is kept for this evaluation.
         """
-        if self.selector_shrinkage is None:
-            return
         content = encode_query(records.SELECTOR_STATISTICS, self.fedsm.selector_weights)
         messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
         statistics: dict[str, SelectorStatistics] = {}
@@ -148,6 +160,32 @@ class FedSMStrategy(SiteStrategy):
             return
         log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
 
+    def evaluation_selector(self) -> tuple[Weights, bool]:
+        """The selector the super model routes with, and whether it has a global output (FedSM-extra)."""
+        return self.fedsm.selector_weights, False
+
+    def _ask_needed_models(self, grid: Grid, server_round: int, timeout: float, split: str) -> dict[str, list[int]]:
+        """Site -> the personalized models its ``split`` images can be routed to (and its own).
+
+        Only these travel in the evaluation message
+        (:mod:`fedsm_core.algorithms.fedsm.needed_models`); a site that does
+        not answer gets every model, so a lost reply costs bytes, not results.
+        """
+        selector, includes_global = self.evaluation_selector()
+        content = encode_models_query(selector, split, includes_global)
+        messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
+        needed: dict[str, list[int]] = {}
+        for reply in self.exchange(grid, messages, timeout, server_round, stage="needed-models"):
+            site = self.site_of(reply)
+            try:
+                if reply.has_error():
+                    raise ValueError(f"client error: {reply.error.reason}")
+                needed[site] = decode_models_reply(reply.content, len(self.fedsm.site_names))
+            except (KeyError, ValueError) as error:
+                log(WARNING, "round %d: %s did not say which models it needs (%s); it gets all of them",
+                    server_round, site, error)
+        return needed
+
     def state_dict(self) -> dict[str, object]:
         """The base state plus the super model, the selector's moments and gamma."""
         return {**super().state_dict(), "global": self.fedsm.global_weights, "personalized": self.fedsm.personalized,
@@ -164,11 +202,20 @@ class FedSMStrategy(SiteStrategy):
         self.gamma = check_gamma(state["gamma"])
         self.last_counts = dict(state["last-counts"])
 
-    def evaluation_content(self, split: str) -> RecordDict:
-        """The whole super model: global, every personalized model, selector and gamma."""
+    def evaluation_messages(self, split: str) -> list[Message]:
+        """The super model for each site, with only the personalized models the site said it needs."""
+        needed = self.needed.get(split, {})
+        contents = {node.site_name: self.evaluation_content(split, needed.get(node.site_name))
+                    for node in self.nodes}
+        return self.messages(contents, MessageType.EVALUATE)
+
+    def evaluation_content(self, split: str, send: Sequence[int] | None = None) -> RecordDict:
+        """Global model, personalized models ``send`` (default: all), selector and gamma."""
+        selector, includes_global = self.evaluation_selector()
+        sweep = GAMMA_GRID if split == "val" and not includes_global else ()
         return encode_super_model_evaluation(
             self.fedsm.global_weights, [self.fedsm.personalized[site] for site in self.fedsm.site_names],
-            self.fedsm.selector_weights, split, self.gamma, GAMMA_GRID if split == "val" else ())
+            selector, split, self.gamma, sweep, includes_global, send)
 
     def restate_validation(self, per_site: dict[str, dict[str, float]], lists: dict[str, dict[str, list[float]]]) -> None:
         """Choose gamma on this validation round's sweeps (``gamma_selection``) and report the super model at it.

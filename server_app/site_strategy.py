@@ -119,7 +119,7 @@ class SiteStrategy(Strategy):
                                         server_round)
                 self.aggregate_train(server_round, replies)
                 if self.evaluation_due(server_round):
-                    self.prepare_evaluation(grid, server_round, timeout)
+                    self.prepare_evaluation(grid, server_round, timeout, "val")
                 messages = list(self.configure_evaluate(server_round, arrays, config, grid))
                 if messages:
                     self.aggregate_evaluate(server_round, self.exchange(grid, messages, timeout, server_round))
@@ -275,11 +275,13 @@ class SiteStrategy(Strategy):
         """Whether round ``server_round`` ends with a validation evaluation (every ``eval_every`` and the last)."""
         return server_round % self.eval_every == 0 or server_round == self.num_rounds
 
-    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float) -> None:
-        """Work the models need before they are evaluated (FedSM fits its selector head); none by default.
+    def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float, split: str) -> None:
+        """Work before an evaluation of ``split``; none by default.
 
-        The last round is always evaluated, so what this prepares also holds
-        for the test evaluation and the saved models.
+        FedSM fits its selector head before each validation round (the last
+        round is always evaluated, so the head also holds for the test
+        evaluation and the saved models) and asks each site which
+        personalized models its images need, so only those are sent.
         """
 
     def evaluation_messages(self, split: str) -> list[Message]:

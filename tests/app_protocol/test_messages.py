@@ -9,6 +9,8 @@ from app_protocol import records
 from app_protocol.evaluate_messages import (
     decode_evaluation,
     decode_metrics,
+    decode_models_query,
+    decode_models_reply,
     decode_node_reply,
     decode_query,
     decode_site_reply,
@@ -16,6 +18,8 @@ from app_protocol.evaluate_messages import (
     decode_statistics_reply,
     encode_metrics,
     encode_model_evaluation,
+    encode_models_query,
+    encode_models_reply,
     encode_node_reply,
     encode_query,
     encode_site_reply,
@@ -131,3 +135,21 @@ def test_metrics_come_back_as_numbers_and_sweeps_apart():
 def test_a_route_names_the_site_and_its_absence_reads_none():
     content = records.with_route(encode_query(records.ASK_SITE), "site-3")
     assert records.decode_route(content) == "site-3" and records.decode_route(encode_query(records.ASK_SITE)) is None
+
+
+def test_a_super_model_message_may_carry_only_the_needed_models():
+    personalized = [w(float(k)) for k in range(4)]
+    content = encode_super_model_evaluation(w(9.0), personalized, w(8.0), "test", 0.5, send=[2, 0])
+    model = decode_evaluation(content, 4).super_model
+    assert [m is not None for m in model.personalized] == [True, False, True, False]
+    assert same(model.personalized[2], w(2.0))
+    assert len(content[records.PERSONALIZED]) == 2 * len(w(0.0))  # two models' arrays, not four
+
+
+def test_the_needed_models_query_and_reply_round_trip():
+    selector, split, includes_global = decode_models_query(encode_models_query(w(1.0), "val", True))
+    assert same(selector, w(1.0)) and split == "val" and includes_global
+    assert decode_query(encode_models_query(w(1.0), "test")) == records.ASK_MODELS
+    assert decode_models_reply(encode_models_reply([2, 0, 2]), 3) == [0, 2]
+    with pytest.raises(ValueError, match=r"needed models \[0, 5\]"):
+        decode_models_reply(encode_models_reply([0, 5]), 3)

@@ -9,6 +9,7 @@ from flwr.app import Context, Message, MessageType, RecordDict
 
 from client_app import app as client
 from app_protocol import records
+from app_protocol.evaluate_messages import decode_models_reply, encode_models_query
 from client_app.site import resolve_site_index
 from client_app.site_state import load_site_state
 from fedsm_core.config import RunConfig
@@ -289,3 +290,18 @@ def test_fedsm_extra_selector_round_and_evaluation_follow_the_k_plus_one_selecto
     # every candidate is the same model, so whichever is chosen scores the same
     assert metrics["dice-super"] == pytest.approx(metrics["dice-global"])
     assert "dice-super-sweep" not in metrics
+
+
+def test_query_for_needed_models_names_the_own_model_and_every_routed_one():
+    # Prepare: a selector whose head always prefers site 4 (bias), on site 2's validation images
+    spec = _spec()
+    selector = spec.build_selector()
+    weights = get_weights(selector)
+    weights["classifier.bias"] = np.eye(spec.num_sites, dtype=np.float32)[4] * 1e3
+    msg = _message(dict(encode_models_query(weights, "val")), MessageType.QUERY)
+
+    # Execute
+    reply = client.query(msg, _context())
+
+    # Assert: its own model (dice-personal) and site 4's, where every image is routed
+    assert decode_models_reply(reply.content, spec.num_sites) == sorted({SITE, 4})

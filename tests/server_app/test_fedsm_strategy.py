@@ -8,6 +8,7 @@ from _server_fakes import NODE, NODES, EvaluationLog, error_reply, reply, train_
 from flwr.app import ArrayRecord, ConfigRecord, MessageType
 
 from app_protocol import records
+from app_protocol.evaluate_messages import encode_models_reply
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.checkpoint import load_checkpoint, save_checkpoint
@@ -314,18 +315,29 @@ def test_fedsm_extra_rejects_non_finite_selector_moments():
 
 
 class _StatisticsGrid:
-    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs."""
+    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs.
 
-    def __init__(self, failing: str = "") -> None:
+    Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
+    """
+
+    def __init__(self, failing: str = "", needs: dict[str, list[int]] | None = None) -> None:
         self.failing = failing
+        self.needs = needs if needs is not None else {site: [index] for index, site in enumerate(SITES)}
         self.asked: list[str] = []
+        self.asked_models: list[str] = []
 
     def send_and_receive(self, messages, *, timeout=None):
         replies = []
         for message in messages:
             assert message.metadata.message_type == MessageType.QUERY
-            assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
             site = next(node.site_name for node in NODES if node.node_id == message.metadata.dst_node_id)
+            if message.content[records.CONFIG][records.ASK] == records.ASK_MODELS:
+                self.asked_models.append(site)
+                replies.append(reply(message.metadata.dst_node_id, encode_models_reply(self.needs[site]),
+                                     MessageType.QUERY) if site in self.needs else
+                               error_reply(message.metadata.dst_node_id, "no selector", MessageType.QUERY))
+                continue
+            assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
             self.asked.append(site)
             if site == self.failing:
                 replies.append(error_reply(message.metadata.dst_node_id, "disk full", MessageType.QUERY))
@@ -351,7 +363,7 @@ def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statisti
     grid = _StatisticsGrid()
 
     # Execute
-    strategy.prepare_evaluation(grid, 3, timeout=1.0)
+    strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
 
     # Assert: a head that sends each site's mean embedding to its own site
     assert sorted(grid.asked) == sorted(SITES)
@@ -359,18 +371,18 @@ def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statisti
     bias = strategy.fedsm.selector_weights["classifier.bias"]
     logits = np.eye(3) @ weight.T + bias
     assert list(logits.argmax(axis=1)) == [0, 1, 2]
-    assert {row["stage"] for row in strategy.traffic.rows} == {"selector-head"}
+    assert {row["stage"] for row in strategy.traffic.rows} == {"selector-head", "needed-models"}
 
 
 def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_fitted():
     # a site's error: the fit needs every site, so nothing changes
     strategy = _head_strategy(shrinkage=0.5)
-    strategy.prepare_evaluation(_StatisticsGrid(failing="site-b"), 3, timeout=1.0)
+    strategy.prepare_evaluation(_StatisticsGrid(failing="site-b"), 3, timeout=1.0, split="val")
     np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
     # selector-head = "trained": no query at all
     strategy = _head_strategy(shrinkage=None)
     grid = _StatisticsGrid()
-    strategy.prepare_evaluation(grid, 3, timeout=1.0)
+    strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
     assert grid.asked == []
 
 
@@ -450,3 +462,23 @@ def test_per_model_gamma_drops_a_personalized_model_that_loses_to_the_global_mod
     assert "site-a 0.00, site-b 1.00, site-c 0.00" in strategy.finish_validation()[-1]
     content = strategy.evaluation_content("test")
     assert list(content[records.CONFIG]["gamma"]) == [0.0, 1.0, 0.0]
+
+
+def test_each_site_gets_only_the_personalized_models_its_images_need():
+    # Prepare: site-a's images all go to its own model; site-b's to a and c as well; site-c does not answer
+    strategy = _strategy(gamma=0.4)
+    grid = _StatisticsGrid(needs={"site-a": [0], "site-b": [0, 1, 2]})
+
+    # Execute
+    strategy.prepare_evaluation(grid, 5, timeout=1.0, split="test")
+    messages = {m.metadata.dst_node_id: m.content for m in strategy.evaluation_messages("test")}
+
+    # Assert: no selector-head fit before a test evaluation; a: its model only; b: all three; c: all (no answer)
+    assert grid.asked == [] and sorted(grid.asked_models) == sorted(SITES)
+    sent = {site: [k for k, model in enumerate(records.models_from_record(
+        messages[NODE[site]][records.PERSONALIZED], 3, required=[])) if model is not None] for site in SITES}
+    assert sent == {"site-a": [0], "site-b": [0, 1, 2], "site-c": [0, 1, 2]}
+    np.testing.assert_array_equal(records.models_from_record(messages[NODE["site-a"]][records.PERSONALIZED], 3,
+                                                             required=[0])[0]["w"], [1.0, 1.0])
+    assert list(messages[NODE["site-a"]][records.CONFIG]["sent-models"]) == [0]
+    assert "sent-models" not in messages[NODE["site-c"]][records.CONFIG]

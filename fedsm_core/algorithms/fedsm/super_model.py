@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from fedsm_core.algorithms.fedsm.needed_models import MissingModel
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 
@@ -153,7 +154,7 @@ class SuperModel(nn.Module):
 def assemble_super_model(
     spec: ModelSpec,
     global_weights: Mapping[str, np.ndarray],
-    personalized: Sequence[Mapping[str, np.ndarray]],
+    personalized: Sequence[Mapping[str, np.ndarray] | None],
     selector_weights: Mapping[str, np.ndarray],
     gamma: Gamma,
     selector_includes_global: bool = False,
@@ -166,8 +167,10 @@ def assemble_super_model(
     ----------
     spec : ModelSpec
         Builds the U-Nets and the selector; FedSM-extra's selector gets ``K + 1`` outputs.
-    personalized : sequence of weight dictionaries
-        One per training site, in site order.
+    personalized : sequence of weight dictionaries or None
+        One per training site, in site order; ``None`` for a model that was
+        not sent (:mod:`fedsm_core.algorithms.fedsm.needed_models`), which
+        raises if an image is ever routed to it.
     names : sequence of str, optional
         Site names, used in error messages (default: the indices).
     where : str
@@ -179,7 +182,10 @@ def assemble_super_model(
     global_model = spec.build_segmentation()
     set_weights(global_model, global_weights, f"{where}global model")
     models = []
-    for name, weights in zip(names, personalized, strict=True):
+    for index, (name, weights) in enumerate(zip(names, personalized, strict=True)):
+        if weights is None:
+            models.append(MissingModel(index))
+            continue
         model = spec.build_segmentation()
         set_weights(model, weights, f"{where}personalized model of {name}")
         models.append(model)
