@@ -13,8 +13,9 @@ script reports the share of images routed to the global model and to each
 personalized model, and the Dice of every model and of the super model at
 gamma = 0, at the run's gamma (chosen on the training sites' validation
 data), at the calibrated gamma (training sites' validation data, each site
-left out of the selector in turn, temperature-scaled selector) and at the
-oracle gamma (best on the held-out test data: reported, never used).
+left out of the selector in turn, temperature-scaled selector, and only
+images familiar to their chosen site routed: :mod:`fedsm_core.analysis.familiarity`)
+and at the oracle gamma (best on the held-out test data: reported, never used).
 
 Writes to ``--out``: ``heldout.md``, ``heldout.csv`` (long format),
 ``dice_vs_gamma.png`` and ``selector_features.png`` (PCA of the selector
@@ -32,7 +33,8 @@ from pathlib import Path
 from experiments.compare import ROOT, launch_run, parse_overrides
 from experiments.heldout_report import plot_features, plot_gamma_curves, result_rows, result_table
 from fedsm_core.analysis.held_out import HeldOutResult, analyse_held_out
-from fedsm_core.analysis.model_scores import score_every_model
+from fedsm_core.analysis.familiarity import fit_site_regions
+from fedsm_core.analysis.model_scores import score_every_model, selector_features
 from fedsm_core.bundle import load_bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
@@ -54,7 +56,8 @@ def train_without(site: str, overrides: dict[str, object], out: Path) -> Path:
     return launch_run(settings, runs, f"heldout {site}") / "super_model.pt"
 
 
-def evaluate_held_out(site: str, bundle: Path, config: RunConfig, temperature_scaling: bool) -> tuple[HeldOutResult, dict]:
+def evaluate_held_out(site: str, bundle: Path, config: RunConfig, temperature_scaling: bool,
+                      familiarity: bool = True) -> tuple[HeldOutResult, dict]:
     """Score ``bundle`` on ``site``'s test images; also return test features of every site."""
     device = select_device(config.device)
     model, info = load_bundle(bundle, device)
@@ -67,7 +70,12 @@ def evaluate_held_out(site: str, bundle: Path, config: RunConfig, temperature_sc
               for i, name in enumerate(dataset.site_names)}
     val = {name: score_every_model(model, splits[name].val, device=device) for name in info.site_names}
     tests = {name: score_every_model(model, s.test, device=device) for name, s in splits.items()}
-    result = analyse_held_out(site, tests[site], val, info.site_names, info.gamma, temperature_scaling)
+    regions = None
+    if familiarity:
+        train = {name: selector_features(model, splits[name].train, device=device) for name in info.site_names}
+        regions = fit_site_regions(train, {name: val[name].features for name in info.site_names}, info.site_names)
+    result = analyse_held_out(site, tests[site], val, info.site_names, info.gamma, temperature_scaling,
+                              regions=regions)
     return result, {name: scores.features for name, scores in tests.items()}
 
 
@@ -78,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle", type=Path, help="a finished run's super_model.pt trained without --site")
     parser.add_argument("--run-config", default="", help='overrides for training, e.g. "num-server-rounds=20"')
     parser.add_argument("--no-temperature-scaling", action="store_true")
+    parser.add_argument("--no-familiarity", action="store_true",
+                        help="route by confidence alone, also images unlike every training site")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "heldout")
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.run_config)
@@ -94,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     results, features = [], {}
     for site in sites:
         bundle = args.bundle or train_without(site, overrides, args.out)
-        result, features[site] = evaluate_held_out(site, bundle, config, not args.no_temperature_scaling)
+        result, features[site] = evaluate_held_out(site, bundle, config, not args.no_temperature_scaling,
+                                                   not args.no_familiarity)
         results.append(result)
         _write(args.out, results, features, f"settings `{args.run_config}`, {time.monotonic() - started:.0f} s")
         print(f"[heldout] {site}: super Dice at calibrated gamma {result.dice['super@calibrated']:.4f}", flush=True)

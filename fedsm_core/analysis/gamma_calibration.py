@@ -11,7 +11,12 @@ with site ``j``'s output removed (probabilities renormalised over the other
 sites), so they must go to another site's model or to the global model, as
 a new hospital's images would. The Dice-versus-gamma curves of all ``j`` are
 pooled (weighted by image count) and the best gamma is chosen (ties go to the
-smallest). Optionally the selector is first temperature-scaled (Guo et al.
+smallest) among the *safe* ones: those at which no left-out site's Dice falls
+more than ``tolerance`` (0.3 points) below its global model's. ``gamma = 1``
+routes everything to the global model, so a safe gamma always exists. The
+pooled optimum alone is not enough: one left-out site that gains much can pay
+for routes that cost every other left-out site, and an unseen hospital may be
+one of the others. Optionally the selector is first temperature-scaled (Guo et al.
 2017), where that confidence is used: on the same left-out probabilities, one
 temperature ``T`` minimising the negative log-likelihood of each image's best
 remaining model (the other site whose personalized model segments it best).
@@ -29,6 +34,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.analysis.familiarity import SiteRegions
 from fedsm_core.analysis.model_scores import ModelScores, route_images, routed_dice, softmax
 
 # 10^-3 .. 10^3 in 121 steps of 10^0.05: a fitted head can be far more or far less sure than it should be,
@@ -51,8 +57,22 @@ def drop_site(probs: np.ndarray, site: int) -> np.ndarray:
     return np.where(total > 0, out / np.where(total > 0, total, 1.0), uniform)
 
 
+def gated_routes(probs: np.ndarray, gamma: float | tuple[float, ...], features: np.ndarray,
+                 regions: SiteRegions | None) -> np.ndarray:
+    """Algorithm 2's routes, with images unfamiliar to their chosen site sent to the global model.
+
+    Without ``regions`` these are :func:`route_images`' routes (see
+    :mod:`fedsm_core.analysis.familiarity`).
+    """
+    routes = route_images(probs, gamma)
+    if regions is None:
+        return routes
+    return np.where(regions.familiar(features, routes), routes, -1)
+
+
 def unseen_site_curves(val_scores: Mapping[str, ModelScores], site_names: Sequence[str],
-                       gammas: Sequence[float] = GAMMA_GRID, temperature: float = 1.0) -> dict[str, list[float]]:
+                       gammas: Sequence[float] = GAMMA_GRID, temperature: float = 1.0,
+                       regions: SiteRegions | None = None) -> dict[str, list[float]]:
     """Per training site ``j``: routed Dice versus gamma on ``j``'s validation images, ``j`` left out.
 
     Parameters
@@ -61,22 +81,41 @@ def unseen_site_curves(val_scores: Mapping[str, ModelScores], site_names: Sequen
         Site name -> its validation :class:`ModelScores` under the super model.
     site_names : sequence of str
         The selector's sites, in output order.
+    regions : SiteRegions, optional
+        Route only images familiar to their chosen site (:func:`gated_routes`).
     """
     curves = {}
     for name, scores in val_scores.items():
         if name not in site_names:
             raise ValueError(f"validation scores of '{name}', which is not a selector site {list(site_names)}")
         probs = drop_site(softmax(scores.logits, temperature), list(site_names).index(name))
-        curves[name] = [float(routed_dice(scores.dice, route_images(probs, g)).mean()) for g in gammas]
+        curves[name] = [float(routed_dice(scores.dice, gated_routes(probs, g, scores.features, regions)).mean())
+                        for g in gammas]
     return curves
 
 
+SAFETY_TOLERANCE = 0.003  # 0.3 Dice points: how far below its global model a left-out site may fall
+
+
 def calibrate_gamma(val_scores: Mapping[str, ModelScores], site_names: Sequence[str],
-                    gammas: Sequence[float] = GAMMA_GRID, temperature: float = 1.0) -> tuple[float, list[float]]:
-    """The gamma with the best pooled unseen-site curve, and that pooled curve."""
-    curves = unseen_site_curves(val_scores, site_names, gammas, temperature)
+                    gammas: Sequence[float] = GAMMA_GRID, temperature: float = 1.0,
+                    tolerance: float = SAFETY_TOLERANCE,
+                    regions: SiteRegions | None = None) -> tuple[float, list[float]]:
+    """The safe gamma with the best pooled unseen-site curve, and that pooled curve.
+
+    A gamma is safe when every left-out site ``j`` keeps
+    ``curve_j(gamma) >= Dice_global(j) - tolerance``; unsafe gammas are not
+    chosen, whatever their pooled value (``gammas`` must include 1.0, which is
+    always safe).
+    """
+    if 1.0 not in gammas:
+        raise ValueError("calibrate_gamma: the grid must include gamma = 1 (everything to the global model)")
+    curves = unseen_site_curves(val_scores, site_names, gammas, temperature, regions)
     pooled = pool_sweeps({n: (c, len(val_scores[n])) for n, c in curves.items()}, gammas)
-    return choose_gamma(pooled, gammas), pooled
+    global_dice = {n: float(val_scores[n].dice[:, 0].mean()) for n in curves}
+    safe = [all(curves[n][i] >= global_dice[n] - tolerance for n in curves) for i in range(len(gammas))]
+    candidates = [value if ok else -np.inf for value, ok in zip(pooled, safe, strict=True)]
+    return choose_gamma(candidates, gammas), pooled
 
 
 def negative_log_likelihood(logits: np.ndarray, labels: np.ndarray, temperature: float) -> float:

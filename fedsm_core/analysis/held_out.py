@@ -8,7 +8,9 @@ candidate model and of the super model at four thresholds:
 * ``gamma = 0``: always trust the selector;
 * the bundle's gamma, chosen on the training sites' own validation data;
 * the calibrated gamma, chosen on the training sites' validation data with
-  each site left out of the selector in turn (:mod:`gamma_calibration`);
+  each site left out of the selector in turn (:mod:`gamma_calibration`),
+  applied with the temperature fitted there and, when site regions are
+  given, only to images familiar to their chosen site (:mod:`familiarity`);
 * the oracle gamma, the best on the held-out test images themselves:
   reported as a reference and never used to choose anything.
 """
@@ -21,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma
-from fedsm_core.analysis.gamma_calibration import calibrate_gamma, fit_unseen_temperature
+from fedsm_core.analysis.familiarity import SiteRegions
+from fedsm_core.analysis.gamma_calibration import calibrate_gamma, fit_unseen_temperature, gated_routes
 from fedsm_core.algorithms.fedsm.super_model import check_gamma
 from fedsm_core.analysis.model_scores import (
     ModelScores, dice_by_gamma, route_images, routed_dice, selection_frequencies, softmax,
@@ -63,7 +66,7 @@ class HeldOutResult:
 
 def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores], site_names: Sequence[str],
                      bundle_gamma: float | tuple[float, ...], temperature_scaling: bool = True,
-                     gamma_grid: Sequence[float] = GAMMA_GRID) -> HeldOutResult:
+                     gamma_grid: Sequence[float] = GAMMA_GRID, regions: SiteRegions | None = None) -> HeldOutResult:
     """Score the routing of ``test`` (held-out site) under four gamma choices.
 
     Parameters
@@ -78,11 +81,16 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
         Fit the selector's temperature on ``val`` with each site left out
         (:func:`~fedsm_core.analysis.gamma_calibration.fit_unseen_temperature`)
         before calibrating gamma; the same temperature is then applied to ``test``.
+    regions : SiteRegions, optional
+        The training sites' embedding regions: the calibrated routing (in
+        calibration and on ``test``) sends images unfamiliar to their chosen
+        site to the global model.
     """
     result = HeldOutResult(site, len(test), tuple(gamma_grid))
     if temperature_scaling:
         result.temperature = fit_unseen_temperature(val, site_names)
-    calibrated, result.calibration_curve = calibrate_gamma(val, site_names, gamma_grid, result.temperature)
+    calibrated, result.calibration_curve = calibrate_gamma(val, site_names, gamma_grid, result.temperature,
+                                                           regions=regions)
     probs = softmax(test.logits)
     scaled = softmax(test.logits, result.temperature)
     result.curve = dice_by_gamma(test.dice, probs, gamma_grid)
@@ -91,7 +99,8 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
     result.dice["global"] = float(test.dice[:, 0].mean())
     result.dice.update({name: float(test.dice[:, k + 1].mean()) for k, name in enumerate(site_names)})
     for kind, gamma in result.gammas.items():
-        routes = route_images(scaled if kind == "calibrated" else probs, gamma)
+        routes = gated_routes(scaled, gamma, test.features, regions) if kind == "calibrated" \
+            else route_images(probs, gamma)
         result.frequencies[kind] = selection_frequencies(routes, tuple(site_names))
         result.dice[f"super@{kind}"] = float(routed_dice(test.dice, routes).mean())
     return result

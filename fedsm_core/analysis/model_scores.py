@@ -64,6 +64,15 @@ def score_every_model(model: SuperModel, data: SegArrays, batch_size: int = 16,
                        torch.cat(features).float().numpy(), tuple(data.ids))
 
 
+@torch.no_grad()
+def selector_features(model: SuperModel, data: SegArrays, batch_size: int = 16,
+                      device: torch.device | str = "cpu") -> np.ndarray:
+    """float64 ``[N, D]`` selector embeddings of ``data`` (no U-Net runs)."""
+    selector = model.selector.to(device).eval()
+    parts = [selector.embed(images.to(device)).cpu() for images, _ in iterate_batches(data, batch_size, shuffle=False)]
+    return torch.cat(parts).double().numpy()
+
+
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise softmax of ``logits / temperature`` in float64."""
     if temperature <= 0:

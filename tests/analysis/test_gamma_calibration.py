@@ -213,3 +213,27 @@ def test_unseen_temperature_softens_an_overconfident_and_sharpens_an_underconfid
 
     assert fitted == scale
     assert TEMPERATURE_GRID[0] < fitted < TEMPERATURE_GRID[-1]  # an answer inside the grid, not its floor or ceiling
+
+
+def test_calibration_never_picks_a_gamma_that_costs_a_left_out_site_more_than_the_tolerance():
+    # Left out, a's image goes to c at confidence 0.95 and loses 0.1 (0.6 against the global 0.7); b's three
+    # images go to a at confidence 0.6 and gain 0.5 each (0.9 against 0.4). Pooled over 4 images:
+    #   gamma < 0.60: (0.6 + 3 * 0.9) / 4 = 0.825   (a loses 0.1: unsafe)
+    #   0.60 - 0.90:  (0.6 + 3 * 0.4) / 4 = 0.45    (a loses 0.1: unsafe)
+    #   >= 0.95:      (0.7 + 3 * 0.4) / 4 = 0.475   (nothing routed: safe)
+    case = {
+        "a": scores([[0.5, 0.025, 0.475]], [[0.7, 0.9, 0.2, 0.6]], "a"),
+        "b": scores([[0.3, 0.5, 0.2]] * 3, [[0.4, 0.9, 0.95, 0.1]] * 3, "b"),
+    }
+
+    safe, pooled = calibrate_gamma(case, SITES)
+    lenient, _ = calibrate_gamma(case, SITES, tolerance=0.2)
+
+    assert pooled[0] == pytest.approx(0.825) and pooled[GAMMA_GRID.index(0.95)] == pytest.approx(0.475)
+    assert lenient == 0.0  # a's loss of 0.1 is within 0.2: the pooled optimum
+    assert safe == 0.95  # the smallest gamma that routes none of a's images
+
+
+def test_calibration_needs_the_everything_global_gamma():
+    with pytest.raises(ValueError, match="gamma = 1"):
+        calibrate_gamma(validation_case(), SITES, gammas=(0.0, 0.5))

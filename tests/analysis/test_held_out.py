@@ -7,6 +7,7 @@ import pytest
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.analysis.gamma_calibration import TEMPERATURE_GRID
+from fedsm_core.analysis.familiarity import SiteRegions
 from fedsm_core.analysis.held_out import analyse_held_out, project_2d
 from fedsm_core.analysis.model_scores import ModelScores
 
@@ -82,16 +83,16 @@ def test_dice_of_every_model_and_of_the_super_model(result):
 def test_temperature_scaling_fits_t_on_validation_and_leaves_the_test_curve_alone():
     # With its own site left out, every validation image's likeliest remaining site is also the one whose
     # model segments it best (a/0 -> b, a/1 -> c, b/0 -> a), so the NLL falls as T falls: the smallest
-    # temperature of the grid. Sharpened, no image is unsure enough for the global model below gamma 0.95,
-    # so the calibrated gamma is 0 and every test image is routed to a site.
+    # temperature of the grid. Sharpened, every validation image is routed below gamma 0.95, and a/1's route
+    # to c (Dice 0.3 against the global model's 0.7) costs left-out site a 0.05 > 0.003: unsafe. From 0.95 on
+    # nothing is routed, so the calibrated gamma is 1 at the latest: every held-out test image stays global.
     scaled = analyse_held_out("d", TEST, VAL, SITES, bundle_gamma=0.6, temperature_scaling=True)
 
     assert scaled.temperature == pytest.approx(TEMPERATURE_GRID[0])
     assert scaled.curve == pytest.approx(EXPECTED_CURVE, abs=1e-12)  # oracle and test curve use T = 1
     assert scaled.gammas["oracle"] == 0.75
-    assert scaled.gammas["calibrated"] == 0.0
-    assert scaled.frequencies["calibrated"] == pytest.approx({"global": 0.0, "a": 0.5, "b": 0.25, "c": 0.25})
-    assert scaled.dice["super@calibrated"] == pytest.approx(1.8 / 4, abs=1e-12)
+    assert scaled.frequencies["calibrated"] == pytest.approx({"global": 1.0, "a": 0.0, "b": 0.0, "c": 0.0})
+    assert scaled.dice["super@calibrated"] == pytest.approx(scaled.dice["global"], abs=1e-12)
 
 
 def test_a_custom_gamma_grid_is_used_throughout():
@@ -140,3 +141,15 @@ def test_project_2d_of_a_constant_feature_is_finite():
     points = project_2d(features)
 
     assert points.shape == (3, 2) and np.all(np.isfinite(points))
+
+
+def test_with_site_regions_unfamiliar_test_images_go_to_the_global_model():
+    # TEST's features (0..7) lie far from every site mean (100, 200, 300): the calibrated routes are all global,
+    # while the other gammas still follow the selector alone.
+    regions = SiteRegions(np.array([[100.0, 100.0], [200.0, 200.0], [300.0, 300.0]]), np.eye(2), 10.0)
+
+    gated = analyse_held_out("d", TEST, VAL, SITES, bundle_gamma=0.6, temperature_scaling=False, regions=regions)
+
+    assert gated.frequencies["calibrated"]["global"] == 1.0
+    assert gated.dice["super@calibrated"] == pytest.approx(gated.dice["global"], abs=1e-12)
+    assert gated.frequencies["zero"] == pytest.approx({"global": 0.0, "a": 0.5, "b": 0.25, "c": 0.25})
