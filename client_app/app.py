@@ -193,10 +193,17 @@ def train_fedsm(job: SiteJob) -> RecordDict:
     # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
     client_state = load_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE) or {}
     payload = FedSMPayload(*(job.request.weights[key] for key in FEDSM_KEYS))
+    local_moments = job.config.selector_moments == "local"
+    if local_moments:  # this site's own moments from its previous round, never sent
+        stored = load_site_state(job.context.run_id, job.site.name, records.SELECTOR_MOMENTS_STATE)
+        payload = dataclasses.replace(payload, selector_optimizer=stored or {})
     update, metrics = train_fedsm_client(payload, job.site_index, job.site.train, job.spec, settings, job.device,
                                          client_state)
     if update.client_state:
         save_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE, update.client_state)
+    if local_moments:
+        save_site_state(job.context.run_id, job.site.name, records.SELECTOR_MOMENTS_STATE, update.selector_optimizer)
+        update = dataclasses.replace(update, selector_optimizer={})
     return encode_fedsm_reply(update, metrics)
 
 

@@ -50,6 +50,7 @@ class Federation:
     device: torch.device
     # What stays at each site between rounds (APFL's v_k and alpha_k), as the ClientApp keeps it per site
     client_states: dict[str, dict] = dataclasses.field(default_factory=dict)
+    local_moments: dict[str, dict] = dataclasses.field(default_factory=dict)  # selector-moments = local
 
 
 def _clock(device: torch.device) -> float:
@@ -86,10 +87,17 @@ def train_round(federation: Federation, server_round: int) -> int:
         torch.manual_seed(settings.seed)
         payload = federation.fedsm.payload_for(site.name)
         state = federation.client_states.get(site.name, {})
-        updates[site.name], metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
-                                                         federation.device, state)
-        if updates[site.name].client_state:
-            federation.client_states[site.name] = updates[site.name].client_state
+        local_moments = federation.config.selector_moments == "local"
+        if local_moments:  # as the ClientApp: this site's own moments, never sent
+            payload = dataclasses.replace(payload, selector_optimizer=federation.local_moments.get(site.name, {}))
+        update, metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
+                                             federation.device, state)
+        if update.client_state:
+            federation.client_states[site.name] = update.client_state
+        if local_moments:
+            federation.local_moments[site.name] = update.selector_optimizer
+            update = dataclasses.replace(update, selector_optimizer={})
+        updates[site.name] = update
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates)
     config = federation.config

@@ -14,7 +14,10 @@ weights and Adam moments) for three training variants:
 
 * ``default``: site-contrast negatives, equal weights (``selector-negatives = true``);
 * ``paper``: plain cross-entropy, weights ``n_k / n`` (Xu et al.);
-* ``plain-equal``: plain cross-entropy, equal weights.
+* ``plain-equal``: plain cross-entropy, equal weights;
+* ``local-moments``: the default, but each site keeps its selector's Adam
+  moments instead of the server averaging them (``selector-moments = local``),
+  which is what sending the moments buys.
 
 At every evaluated round each variant's selector is scored twice on validation
 and test images: with the head federated training left (``selector-head =
@@ -51,6 +54,7 @@ VARIANTS = {
     "default": {"selector-negatives": True, "selector-weighting": "equal"},
     "paper": {"selector-negatives": False, "selector-weighting": "size"},
     "plain-equal": {"selector-negatives": False, "selector-weighting": "equal"},
+    "local-moments": {"selector-negatives": True, "selector-weighting": "equal", "selector-moments": "local"},
 }
 COLUMNS = ("dataset", "variant", "seed", "round", "head", "split", "site", "accuracy")
 
@@ -80,19 +84,23 @@ def run_variant(config: RunConfig, label: str, variant: str, progress=print) -> 
     pixels = pool_channel_statistics([channel_statistics(site.train.images) for site in sites])
     selector.set_input_statistics(pixels.mean, pixels.std)
     weights, moments, rows = get_weights(selector), {}, []
+    kept: dict[int, dict] = {}  # selector-moments = local: each site's own moments
     for server_round in range(1, config.num_server_rounds + 1):
         replies, sizes = [], []
         for index, site in enumerate(sites):
             settings = round_settings(config, server_round, index)
             torch.manual_seed(settings.seed)
             set_weights(selector, weights, "selector")
-            learner = selector_learner(selector, moments, index, info.num_sites, settings)
+            start = kept.get(index, {}) if config.selector_moments == "local" else moments
+            learner = selector_learner(selector, start, index, info.num_sites, settings)
             train_on_split([learner], site.train, settings.batch_size, settings.local_epochs,
                            settings.max_local_steps, settings.seed, "cpu", settings.augmentation)
             replies.append((get_weights(selector), adam_state_to_arrays(selector, learner.optimizer)))
+            kept[index] = replies[-1][1]
             sizes.append(len(site.train) if config.selector_weighting == "size" else 1.0)
         weights = weighted_average([r[0] for r in replies], sizes)
-        moments = weighted_average([r[1] for r in replies], sizes)
+        if config.selector_moments == "averaged":
+            moments = weighted_average([r[1] for r in replies], sizes)
         if server_round % config.eval_every and server_round != config.num_server_rounds:
             continue
         set_weights(selector, weights, "selector")

@@ -19,6 +19,7 @@ from fedsm_core.methods import STRATEGIES, method
 DATASETS = ("synthetic-fundus", "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
+SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precision
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
@@ -55,6 +56,7 @@ class RunConfig:
     selector_width: int = 32
     selector_negatives: bool = True
     selector_weighting: str = "equal"
+    selector_moments: str = "averaged"
     selector_head: str = "fitted"
     selector_shrinkage: float = 0.1
     personalization: str = "softpull"
@@ -107,6 +109,7 @@ class RunConfig:
                 f"local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'; {WHERE}")
         _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
         _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
+        _check_choice("selector-moments", self.selector_moments, SELECTOR_MOMENTS)
         _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)

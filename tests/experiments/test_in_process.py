@@ -1,4 +1,4 @@
-"""The in-process loop runs exactly what the app runs: one round, bit for bit."""
+"""The in-process loop runs exactly what the app runs, bit for bit: one round, or two where sites keep state."""
 
 from __future__ import annotations
 
@@ -31,30 +31,37 @@ def client_process(tmp_path, monkeypatch):
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
-def _app_round(settings: dict[str, object]):
-    """One FedSM round: the strategy's messages, each answered by the ClientApp's handler, then aggregation."""
+def _app_rounds(settings: dict[str, object], rounds: int):
+    """FedSM rounds: the strategy's messages, each answered by the ClientApp's handler, then aggregation."""
     config = RunConfig.from_mapping(settings)
     federation = in_process.prepare(config)  # only for the data, spec and dataset info it loaded
     nodes = [SiteNode(100 + index, index, site.name, len(site.train), len(site.val), len(site.test),
                       channel_statistics(site.train.images)) for index, site in enumerate(federation.sites)]
     info = training_dataset(config.dataset, config.held_out_site)
     strategy, _ = build_strategy(Setup(config, info, federation.spec, nodes, lambda *args: None))
-    messages = list(strategy.configure_train(1, None, None, None))
     context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
-    replies = [client.train(message, context) for message in messages]  # each site's node answers for it
-    strategy.aggregate_train(1, replies)
+    for server_round in range(1, rounds + 1):
+        messages = list(strategy.configure_train(server_round, None, None, None))
+        replies = [client.train(message, context) for message in messages]  # each site's node answers for it
+        strategy.aggregate_train(server_round, replies)
     return strategy.fedsm
 
 
-@pytest.mark.parametrize("extra", [{}, {"personalization": "apfl"}, {"amplitude-normalization": True}])
-def test_one_round_in_process_equals_one_round_of_the_apps(extra):
+@pytest.mark.parametrize(("extra", "rounds"), [
+    ({}, 1),
+    ({"amplitude-normalization": True}, 1),  # HarmoFL's amplitude is fixed after round 1
+    ({"personalization": "apfl"}, 2),  # round 2 starts from what each site kept of round 1
+    ({"selector-moments": "local"}, 2),
+])
+def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
     # Prepare
-    settings = {**TINY, **extra}
+    settings = {**TINY, "num-server-rounds": rounds, **extra}
 
     # Execute
     federation = in_process.prepare(RunConfig.from_mapping(settings))
-    in_process.train_round(federation, 1)
-    app = _app_round(settings)
+    for server_round in range(1, rounds + 1):
+        in_process.train_round(federation, server_round)
+    app = _app_rounds(settings, rounds)
 
     # Assert: the same start state, seeds, training and aggregation give identical weights
     loop = federation.fedsm
