@@ -124,7 +124,7 @@ def train_fedsm_client(
                 hooks=segmentation_hooks(settings)),
         personal.learner,
     ]
-    if settings.personalization.method in PLAIN_STEP_METHODS:
+    if personalization(settings.personalization.method).plain_step:
         personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
     if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
         learners.append(selector_step)
@@ -150,11 +150,6 @@ def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num
     style_generator = torch.Generator().manual_seed(settings.seed + 1)
     return Learner("selector", selector, optimizer, F.cross_entropy,
                    site_batch(site_index, num_sites, settings.selector_negatives, style_generator))
-
-
-# Personalized learners that take the loop's plain step, so weight perturbation composes with them;
-# APFL, Per-FedAvg and pFedMe take steps of their own and are trained without it.
-PLAIN_STEP_METHODS = ("softpull", "ft", "ditto")
 
 
 def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:

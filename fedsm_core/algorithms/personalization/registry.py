@@ -39,20 +39,26 @@ def keep_replies(personalized: Mapping[str, Mapping[str, np.ndarray]], lam: floa
 
 @dataclasses.dataclass(frozen=True)
 class Personalization:
-    """One personalization method: its site learner and its server update."""
+    """One personalization method: its site learner, its server update, and whether it takes the loop's plain step.
+
+    A method with ``plain_step`` trains with the local loop's ordinary optimizer
+    step, so hooks on that step (HarmoFL's weight perturbation) compose with
+    it; APFL, Per-FedAvg and pFedMe take steps of their own and are trained without.
+    """
 
     name: str
     start: Callable[[PersonalStart], PersonalTrainer]
     server_update: ServerUpdate
+    plain_step: bool = False
 
 
 METHODS: dict[str, Personalization] = {
     method.name: method
     for method in (
-        Personalization("softpull", start_softpull, soft_pull),
-        Personalization("ft", start_fine_tuning, keep_replies),
+        Personalization("softpull", start_softpull, soft_pull, plain_step=True),
+        Personalization("ft", start_fine_tuning, keep_replies, plain_step=True),
         Personalization("apfl", start_apfl, keep_replies),
-        Personalization("ditto", start_ditto, keep_replies),
+        Personalization("ditto", start_ditto, keep_replies, plain_step=True),
         Personalization("perfedavg", start_perfedavg, keep_replies),
         Personalization("pfedme", start_pfedme, keep_replies),
     )
