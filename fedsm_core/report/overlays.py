@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from fedsm_core.algorithms.super_model import GLOBAL_ROUTE, SuperModel
+from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import dice_per_image
 
@@ -23,6 +23,7 @@ OVERLAY_IMAGES = 3  # enough to see a site's typical result and one more; a page
 TRUTH_COLOUR = "#00e676"  # green: ground truth
 PREDICTION_COLOUR = "#ff1744"  # red: the routed model's prediction
 DEPLOYMENT_FOLDER = "fedsm-overlays"  # relative to the SuperNode's working directory
+OVERLAY_DIR = "overlay-dir"  # key of the test evaluation's config (the run folder's overlays/) and of a node config
 
 Predictor = Callable[[torch.Tensor], tuple[torch.Tensor, list[str]]]
 """Images ``[B, C, H, W]`` -> (logits ``[B, S, H, W]``, the name of the model that segmented each image)."""
@@ -39,7 +40,7 @@ def overlay_folder(node_config: dict[str, object], sent_folder: str, run_id: int
     """
     if "site-name" not in node_config and "partition-id" in node_config and sent_folder:
         return Path(sent_folder), True
-    base = Path(str(node_config.get("overlay-dir", DEPLOYMENT_FOLDER))).expanduser()
+    base = Path(str(node_config.get(OVERLAY_DIR, DEPLOYMENT_FOLDER))).expanduser()
     return base / f"run-{run_id}", False
 
 

@@ -12,7 +12,7 @@ import html
 import time
 from pathlib import Path
 
-from fedsm_core.algorithms.gamma import GAMMA_GRID
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.evaluation import ROUTED_COUNT, ROUTED_DICE, route_label
 from fedsm_core.report.overlays import DEPLOYMENT_FOLDER
 from fedsm_core.report.report_plots import (cost_per_round, plot_cost, plot_gamma, plot_test_bars,
