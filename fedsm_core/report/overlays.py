@@ -20,8 +20,9 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import dice_per_image
 
 OVERLAY_IMAGES = 3  # enough to see a site's typical result and one more; a page of six sites stays short
-TRUTH_COLOUR = "#00e676"  # green: ground truth
-PREDICTION_COLOUR = "#ff1744"  # red: the routed model's prediction
+# Colours that stand out on red fundus photographs and on grey MR slices alike.
+TRUTH_COLOUR = "#76ff03"  # green: ground truth
+PREDICTION_COLOUR = "#00e5ff"  # cyan, dashed: the routed model's prediction
 DEPLOYMENT_FOLDER = "fedsm-overlays"  # relative to the SuperNode's working directory
 OVERLAY_DIR = "overlay-dir"  # key of the test evaluation's config (the run folder's overlays/) and of a node config
 
@@ -91,7 +92,7 @@ def write_site_overlays(predict: Predictor, data: SegArrays, site: str, folder: 
 
 def draw_overlays(images: np.ndarray, truth: np.ndarray, predicted: np.ndarray, titles: Sequence[str],
                   path: Path) -> Path:
-    """One panel per image: the image, ground-truth contours (green) and predicted ones (red, dashed).
+    """One panel per image: the image, ground-truth contours (green) and predicted ones (cyan, dashed).
 
     Parameters
     ----------
@@ -100,7 +101,7 @@ def draw_overlays(images: np.ndarray, truth: np.ndarray, predicted: np.ndarray, 
     truth, predicted : np.ndarray
         Binary masks ``[N, S, H, W]``; every structure is drawn.
     """
-    figure = Figure(figsize=(3.2 * len(images), 3.6), dpi=100)
+    figure = Figure(figsize=(3.2 * len(images), 3.7), dpi=100, layout="constrained")  # room for the suptitle
     for index, axis in enumerate(figure.subplots(1, len(images), squeeze=False)[0]):
         picture = np.clip(np.moveaxis(images[index], 0, -1), 0.0, 1.0)
         axis.imshow(picture[..., 0] if picture.shape[-1] == 1 else picture[..., :3], cmap="gray",
@@ -111,7 +112,6 @@ def draw_overlays(images: np.ndarray, truth: np.ndarray, predicted: np.ndarray, 
                     axis.contour(structure, levels=[0.5], colors=colour, linewidths=1.4, linestyles=style)
         axis.set_title(titles[index], fontsize=8)
         axis.set_axis_off()
-    figure.suptitle("green: ground truth, red dashed: prediction", fontsize=9)
-    figure.tight_layout()
+    figure.suptitle("green: ground truth, cyan dashed: prediction", fontsize=9)
     figure.savefig(path)
     return path

@@ -33,7 +33,9 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.55em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 table.settings td { text-align: left; }
 td.own { background: #e8f5e9; font-weight: 600; } td.empty { color: #aaa; }
-img { max-width: 100%; border: 1px solid #eee; } .note { color: #555; font-size: 0.9em; }
+img { max-width: 100%; border: 1px solid #eee; }
+.overlays { display: flex; flex-wrap: wrap; gap: 0.8em; } .overlays figure { margin: 0; flex: 1 1 45%; }
+figcaption { font-weight: 600; font-size: 0.9em; } .note { color: #555; font-size: 0.9em; }
 """
 
 
@@ -140,9 +142,10 @@ def overlay_section(run: RunData) -> str:
                  f"overlays to its own machine, under its node config's overlay-dir (default "
                  f"./{DEPLOYMENT_FOLDER}/run-&lt;run id&gt;/&lt;site&gt;.png). A run that has not reached its "
                  "test evaluation has none yet.")
-    images = "".join(f"<h3>{_esc(path.stem)}</h3>" + _figure(path, run, f"test images of {path.stem}", "")
-                     for path in pictures)
-    return f"<h2>Test images: ground truth and prediction</h2><p class='note'>{where}</p>{images}"
+    images = "".join(f"<figure><figcaption>{_esc(path.stem)}</figcaption>"
+                     f"{_figure(path, run, f'test images of {path.stem}', '')}</figure>" for path in pictures)
+    return (f"<h2>Test images: ground truth and prediction</h2><p class='note'>{where}</p>"
+            f"<div class='overlays'>{images}</div>")
 
 
 def render_report(run: RunData, baseline: RunData | None = None) -> str:
