@@ -22,6 +22,8 @@ def write_test_overlays(predict: Predictor, data: SegArrays, site: str, sent_fol
                         device: torch.device) -> None:
     """Draw the site's overlay PNG; a failure is logged, never fails the test evaluation it belongs to."""
     folder, simulated = overlay_folder(dict(context.node_config), sent_folder, context.run_id)
+    if folder is None:  # the server asked for none
+        return
     try:
         path = write_site_overlays(predict, data, site, folder, device)
     except (OSError, ValueError, RuntimeError) as error:

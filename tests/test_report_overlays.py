@@ -39,6 +39,7 @@ def test_a_simulated_node_writes_into_the_run_folder_a_deployed_one_on_its_own_m
     assert overlay_folder({"site-name": "site-3"}, sent, 7) == (Path(DEPLOYMENT_FOLDER) / "run-7", False)
     assert overlay_folder({"site-name": "site-3", "overlay-dir": str(tmp_path / "mine")}, sent, 7) == \
         (tmp_path / "mine" / "run-7", False)
+    assert overlay_folder({"partition-id": 2}, "", 7) == (None, False)  # the server asked for none
 
 
 class _Perfect(torch.nn.Module):

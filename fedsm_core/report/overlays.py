@@ -30,16 +30,20 @@ Predictor = Callable[[torch.Tensor], tuple[torch.Tensor, list[str]]]
 """Images ``[B, C, H, W]`` -> (logits ``[B, S, H, W]``, the name of the model that segmented each image)."""
 
 
-def overlay_folder(node_config: dict[str, object], sent_folder: str, run_id: int) -> tuple[Path, bool]:
+def overlay_folder(node_config: dict[str, object], sent_folder: str, run_id: int) -> tuple[Path | None, bool]:
     """Where a site writes its overlays, and whether that is the run folder (simulation).
 
-    A simulated node (``partition-id`` in its node config, no ``site-name``)
-    shares the machine with the ServerApp and writes into ``sent_folder``,
-    the run folder's ``overlays/``. A deployed SuperNode writes to its node
-    config's ``overlay-dir`` (default ``fedsm-overlays`` in its working
-    directory), under ``run-<run id>``: its images stay on its machine.
+    The server asks for overlays by naming the run folder's ``overlays/`` in
+    the test evaluation (``sent_folder``; empty: no overlays, ``None``). A
+    simulated node (``partition-id`` in its node config, no ``site-name``)
+    shares the machine with the ServerApp and writes there. A deployed
+    SuperNode writes to its node config's ``overlay-dir`` (default
+    ``fedsm-overlays`` in its working directory), under ``run-<run id>``:
+    its images stay on its machine.
     """
-    if "site-name" not in node_config and "partition-id" in node_config and sent_folder:
+    if not sent_folder:
+        return None, False
+    if "site-name" not in node_config and "partition-id" in node_config:
         return Path(sent_folder), True
     base = Path(str(node_config.get(OVERLAY_DIR, DEPLOYMENT_FOLDER))).expanduser()
     return base / f"run-{run_id}", False
