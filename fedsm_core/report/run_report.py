@@ -31,7 +31,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-botto
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.55em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-table.settings td { text-align: left; }
+table.settings td, table.settings th { text-align: left; }
 td.own { background: #e8f5e9; font-weight: 600; } td.empty { color: #aaa; }
 img { max-width: 100%; border: 1px solid #eee; }
 .overlays { display: flex; flex-wrap: wrap; gap: 0.8em; } .overlays figure { margin: 0; flex: 1 1 45%; }
