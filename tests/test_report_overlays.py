@@ -86,7 +86,7 @@ def test_grey_images_and_full_or_empty_masks_draw_without_contour_errors(tmp_pat
 
 
 def test_super_model_predictor_names_the_routed_site():
-    from fedsm_core.algorithms.super_model import GLOBAL_ROUTE
+    from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE
     from fedsm_core.report.overlays import super_model_predictor
 
     class _Routed:

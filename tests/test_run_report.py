@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from _report_fixtures import SITES, metric_rows, write_run_folder
-from fedsm_core.algorithms.gamma import GAMMA_GRID
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.checkpoint import save_checkpoint
 from fedsm_core.cli import main
 from fedsm_core.report.report_plots import chosen_gamma, cost_per_round, plot_gamma, pooled_sweep
