@@ -105,7 +105,7 @@ def draw_overlays(images: np.ndarray, truth: np.ndarray, predicted: np.ndarray, 
     truth, predicted : np.ndarray
         Binary masks ``[N, S, H, W]``; every structure is drawn.
     """
-    figure = Figure(figsize=(3.2 * len(images), 3.7), dpi=100, layout="constrained")  # room for the suptitle
+    figure = Figure(figsize=(2.5 * len(images), 3.0), dpi=100, layout="constrained")  # room for the suptitle
     for index, axis in enumerate(figure.subplots(1, len(images), squeeze=False)[0]):
         picture = np.clip(np.moveaxis(images[index], 0, -1), 0.0, 1.0)
         axis.imshow(picture[..., 0] if picture.shape[-1] == 1 else picture[..., :3], cmap="gray",

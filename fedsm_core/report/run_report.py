@@ -34,7 +34,7 @@ th:first-child, td:first-child { text-align: left; }
 table.settings td, table.settings th { text-align: left; }
 td.own { background: #e8f5e9; font-weight: 600; } td.empty { color: #aaa; }
 img { max-width: 100%; border: 1px solid #eee; }
-.overlays { display: flex; flex-wrap: wrap; gap: 0.8em; } .overlays figure { margin: 0; flex: 1 1 45%; }
+.overlays { display: flex; flex-wrap: wrap; gap: 0.8em; } .overlays figure { margin: 0; flex: 0 1 auto; }
 figcaption { font-weight: 600; font-size: 0.9em; } .note { color: #555; font-size: 0.9em; }
 """
 
