@@ -33,6 +33,7 @@ class EvaluationRequest:
     split: str
     global_weights: Weights
     super_model: SuperModelWeights | None
+    overlay_dir: str = ""  # the run folder's overlays/ when the server asks for the report's test images
 
 
 # --- evaluation -------------------------------------------------------------------------------------
@@ -67,13 +68,25 @@ def encode_super_model_evaluation(global_weights: Weights, personalized: Sequenc
                        records.SELECTOR: records.to_record(selector), records.CONFIG: records.to_config(settings)})
 
 
+def ask_for_overlays(content: RecordDict, folder: str) -> RecordDict:
+    """Ask a site to draw test images with contours for the run report (:mod:`fedsm_core.report.overlays`).
+
+    ``folder`` is the run folder's ``overlays/``: a simulated site writes
+    there, a deployed one into a folder on its own machine. Changes and
+    returns ``content``.
+    """
+    content[records.CONFIG][records.OVERLAY_DIR] = str(folder)
+    return content
+
+
 def decode_evaluation(content: RecordDict, num_sites: int) -> EvaluationRequest:
-    """Inverse of both evaluation encoders; ``num_sites`` personalized models are expected."""
+    """Inverse of both evaluation encoders (and :func:`ask_for_overlays`); ``num_sites`` models are expected."""
     config = content[records.CONFIG]
     split = _check_split(str(config["split"]))
     global_weights = records.from_record(content[records.GLOBAL])
+    overlay_dir = str(config.get(records.OVERLAY_DIR, ""))
     if records.PERSONALIZED not in content:
-        return EvaluationRequest(split, global_weights, None)
+        return EvaluationRequest(split, global_weights, None, overlay_dir)
     gamma = config["gamma"]
     super_model = SuperModelWeights(
         personalized=records.models_from_record(content[records.PERSONALIZED], num_sites,
@@ -83,7 +96,7 @@ def decode_evaluation(content: RecordDict, num_sites: int) -> EvaluationRequest:
         gamma_sweep=tuple(float(g) for g in config.get("gamma-sweep", [])),
         selector_includes_global=bool(config.get("selector-includes-global", False)),
     )
-    return EvaluationRequest(split, global_weights, super_model)
+    return EvaluationRequest(split, global_weights, super_model, overlay_dir)
 
 
 def _check_split(split: str) -> str:

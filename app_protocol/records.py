@@ -33,6 +33,7 @@ ASK_NODE = "node"  # which site the node is named as, or its simulated partition
 ASK_MODELS = "needed-models"  # which personalized models a split's images can be routed to
 NEEDED_MODELS = "needed-models"
 DEVICE_STATE = "device-logged"
+OVERLAY_DIR = "overlay-dir"  # test evaluation: where a simulated site writes its report images
 SEPARATOR = "|"
 
 

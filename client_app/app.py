@@ -36,6 +36,7 @@ from app_protocol.train_messages import (
     encode_model_reply,
     encode_selector_reply,
 )
+from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
@@ -56,6 +57,7 @@ from fedsm_core.device import configure_backends, describe_device, select_device
 from fedsm_core.evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
+from fedsm_core.report.overlays import model_predictor, super_model_predictor
 from fedsm_core.training.precision import resolve_precision
 
 app = ClientApp()
@@ -260,13 +262,16 @@ def evaluate(msg: Message, context: Context) -> Message:
         model = spec.build_segmentation()
         set_weights(model, request.global_weights, "global model")
         knn = knn_metrics(config, model, site, device) if request.split == "test" and config.knn_per else {}
-        return Message(encode_metrics({**evaluate_model(model, data, config.batch_size * 2, device), **knn}),
-                       reply_to=msg)
+        metrics = evaluate_model(model, data, config.batch_size * 2, device)
+        write_test_overlays(model_predictor(model), data, site.name, request.overlay_dir, context, device)
+        return Message(encode_metrics({**metrics, **knn}), reply_to=msg)
     weights = request.super_model
     super_model = assemble_super_model(spec, request.global_weights, weights.personalized, weights.selector,
                                        weights.gamma, weights.selector_includes_global, info.site_names)
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device,
-                                   list(weights.gamma_sweep))
+                                   list(weights.gamma_sweep), routing=request.split == "test")
+    write_test_overlays(super_model_predictor(super_model, info.site_names), data, site.name, request.overlay_dir,
+                        context, device)
     knn = knn_metrics(config, super_model.global_model, site, device) if request.split == "test" and config.knn_per \
         else {}
     return Message(encode_metrics({**metrics, **knn}), reply_to=msg)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
+from experiments.progress import over_runs
 from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     curves: dict[str, list] = {}
     centralized_best: list[float] = []
-    for seed in args.seeds:
+    for seed in over_runs(args.seeds, "comparison seeds"):
         pooled_rows, curve = run_pooled(args.methods, seed, chosen["centralized"])
         rows += pooled_rows
         if curve:

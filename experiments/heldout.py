@@ -32,6 +32,7 @@ from pathlib import Path
 
 from experiments.compare import ROOT, launch_run, parse_overrides
 from experiments.heldout_report import plot_features, plot_gamma_curves, result_rows, result_table
+from experiments.progress import over_runs
 from fedsm_core.analysis.held_out import HeldOutResult, analyse_held_out
 from fedsm_core.analysis.familiarity import fit_site_regions
 from fedsm_core.analysis.model_scores import score_every_model, selector_features
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     results, features = [], {}
-    for site in sites:
+    for site in over_runs(sites, "held-out sites"):
         bundle = args.bundle or train_without(site, overrides, args.out)
         result, features[site] = evaluate_held_out(site, bundle, config, not args.no_temperature_scaling,
                                                    not args.no_familiarity)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from experiments.compare import launch_run, parse_overrides
 from experiments.comparison_table import comparison_table, write_long_csv
+from experiments.progress import over_runs
 from fedsm_core.config import PERSONALIZATIONS, RunConfig
 from fedsm_core.data.registry import training_dataset
 
@@ -73,16 +74,16 @@ def run_study(table: int, seeds: list[int], overrides: dict[str, object], out: P
             raise ValueError(f"variant {label}: {error}") from None
     rows: list[dict[str, object]] = []
     walls: dict[str, list[float]] = {label: [] for label in chosen}
-    for seed in seeds:
-        for label, extra in chosen.items():
-            settings = {**overrides, **extra, "seed": seed}
-            started = time.monotonic()
-            slug = label.lower().replace(" ", "").replace("=", "")
-            folder = launch_run(settings, out / "runs" / f"{slug}-seed{seed}", f"table {table} {label} seed {seed}")
-            walls[label].append(time.monotonic() - started)
-            rows += read_test_scores(folder, label, seed, settings)
-            write_long_csv(out / "results.csv", rows)
-            print(f"[study] {label} seed {seed}: {walls[label][-1]:.0f} s", flush=True)
+    jobs = [(seed, label, extra) for seed in seeds for label, extra in chosen.items()]
+    for seed, label, extra in over_runs(jobs, f"personalization table {table}"):
+        settings = {**overrides, **extra, "seed": seed}
+        started = time.monotonic()
+        slug = label.lower().replace(" ", "").replace("=", "")
+        folder = launch_run(settings, out / "runs" / f"{slug}-seed{seed}", f"table {table} {label} seed {seed}")
+        walls[label].append(time.monotonic() - started)
+        rows += read_test_scores(folder, label, seed, settings)
+        write_long_csv(out / "results.csv", rows)
+        print(f"[study] {label} seed {seed}: {walls[label][-1]:.0f} s", flush=True)
     return rows, {label: sum(v) / len(v) for label, v in walls.items()}
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from experiments.progress import over_runs
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.fedsm.client import round_settings, selector_learner
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics, with_fitted_head
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(d, v, s) for d in args.datasets for s in args.seeds for v in args.variants
             if (Path(d).stem, v, s) not in done]
     started = time.monotonic()
-    for count, (dataset, variant, seed) in enumerate(jobs, start=1):
+    for count, (dataset, variant, seed) in enumerate(over_runs(jobs, "selector study"), start=1):
         config = RunConfig.from_mapping({**VARIANTS[variant], "dataset": str(Path(dataset).resolve())
                                          if dataset.endswith(".toml") else dataset,
                                          "seed": seed, "num-server-rounds": args.rounds})

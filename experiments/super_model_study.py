@@ -38,6 +38,7 @@ import numpy as np
 
 from experiments.compare import FEDERATED, METHOD_SETTINGS, ROOT, launch_run, parse_overrides
 from experiments.in_process import chosen_gamma
+from experiments.progress import over_runs
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.bundle import load_bundle
 from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(method, seed) for seed in args.seeds for method in args.methods]
     rows: list[dict[str, object]] = []
     started = time.monotonic()
-    for done, (method, seed) in enumerate(jobs):
+    for done, (method, seed) in enumerate(over_runs(jobs, "super-model study")):
         folder_runs = runs / f"{method}-seed{seed}"
         folder = finished_folder(folder_runs)
         if folder is None and args.only_finished:

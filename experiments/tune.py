@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from experiments.compare import ROOT, parse_overrides, run_federated
+from experiments.progress import over_runs
 from fedsm_core.config import RunConfig
 
 DEFAULT_GRID = {
@@ -87,7 +88,7 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
     for method, key, grid_name, heirs in STEPS:
         settings = {**base, **chosen.get(method, {})}
         scores: dict[float, float] = {}
-        for value in grid[grid_name]:
+        for value in over_runs(grid[grid_name], f"tune {method} {key}"):
             started = time.monotonic()
             _, curve = run_federated(method, seed, {**settings, key: value}, out / f"{method}-{key}-{value}")
             scores[value] = validation_score(curve)

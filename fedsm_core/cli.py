@@ -19,6 +19,10 @@
     overrides) before ``flwr run``: the number of sites, softpull-lambda
     against 1/K, data folders, the held-out site (:mod:`fedsm_core.preflight`).
 
+``fedsm report RUN_FOLDER [--baseline RUN_FOLDER]``
+    Rebuild ``report.html`` of a run, also of an unfinished one from its
+    ``checkpoint.pt`` (RUN_FOLDER may be the checkpoint file itself).
+
 Exit status: 0 when no errors were found, 1 when the data has errors, 2 for
 bad arguments.
 """
@@ -124,7 +128,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="every site of a federation spec must name its data folder (nodes load it)")
     config.add_argument("--print-num-sites", action="store_true",
                         help="on success print only the number of sites (for scripts)")
+    report = commands.add_parser("report", help="write report.html of a run folder (also of an unfinished run)")
+    report.add_argument("run", type=Path, help="a run folder (runs/<time>-<strategy>-<dataset>) or its checkpoint.pt")
+    report.add_argument("--baseline", type=Path, default=None,
+                        help="run folder of a baseline (a centralized run, say): its validation Dice is drawn dashed")
     return parser
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``fedsm report``: 0 with the report's path printed, 1 when the folder is not a run folder."""
+    from fedsm_core.report.run_report import write_report
+
+    try:
+        path = write_report(args.run, args.baseline)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"{error}", file=sys.stderr)
+        return 1
+    print(f"report: wrote {path}")
+    return 0
 
 
 def run_check_config(args: argparse.Namespace) -> int:
@@ -202,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_predict(args)
     if args.command == "check-config":
         return run_check_config(args)
+    if args.command == "report":
+        return run_report(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -21,6 +21,7 @@ def evaluate_super_model(
     batch_size: int = 16,
     device: torch.device | str = "cpu",
     gammas: Sequence[float] = (),
+    routing: bool = False,
 ) -> dict[str, float | list[float]]:
     """Dice of the global, the site's personalized and the super model, and selector accuracy.
 
@@ -39,6 +40,8 @@ def evaluate_super_model(
         lists ``dice-super-sweep`` and ``share-global-sweep`` (same order), and
         per personalized model ``routing-gain-sweep`` and ``routed-count-sweep``
         (:func:`model_sweeps`).
+    routing : bool
+        Also return this site's row of the routing matrix (:func:`routing_cells`).
 
     Returns
     -------
@@ -77,7 +80,35 @@ def evaluate_super_model(
                                          for g in gammas]
         gains, counts = model_sweeps(scores, len(super_model.personalized), gammas)
         metrics["routing-gain-sweep"], metrics["routed-count-sweep"] = gains, counts
+    if routing:
+        metrics.update(routing_cells(scores["super-route"], scores["super"], scores["foreground"]))
     return metrics
+
+
+ROUTED_COUNT = "num-routed-"  # a count: pooling adds it up over sites
+ROUTED_DICE = "routed-dice-"  # not "dice-": its images are those routed so, not the site's
+
+
+def route_label(route: int) -> str:
+    """A route's name in metric keys: ``global`` or the personalized model's index."""
+    return "global" if route == GLOBAL_ROUTE else str(route)
+
+
+def routing_cells(routes: torch.Tensor, dice: torch.Tensor, foreground: torch.Tensor) -> dict[str, float]:
+    """One site's row of the routing matrix: images per route taken, and their mean Dice.
+
+    ``num-routed-<r>`` counts the images sent to route ``r`` (``global`` or a
+    personalized model's index), ``routed-dice-<r>`` is the mean Dice of the
+    model that segmented them, over those with foreground (absent when none has).
+    """
+    cells: dict[str, float] = {}
+    kept = foreground.bool()
+    for route in routes.unique().tolist():
+        chosen = routes == route
+        cells[ROUTED_COUNT + route_label(route)] = float(chosen.sum())
+        if (chosen & kept).any():
+            cells[ROUTED_DICE + route_label(route)] = float(dice[chosen & kept].double().mean())
+    return cells
 
 
 def model_sweeps(scores: dict[str, torch.Tensor], num_models: int,

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import time
 from logging import INFO, WARNING
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from app_protocol.evaluate_messages import ask_for_overlays
 from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.preflight import require_valid_run
 from fedsm_core.models.spec import run_model_spec
+from fedsm_core.report.run_data import OVERLAY_FOLDER
+from fedsm_core.report.run_report import write_report
 from fedsm_core.reporting import write_summary
 from server_app.discovery import discover_sites
+from server_app.round_clock import RoundClock
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
 from server_app.site_strategy import SiteStrategy
 from server_app.strategies import Setup, build_strategy
@@ -48,17 +53,21 @@ def main(grid: Grid, context: Context) -> None:
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
     first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
     checkpoint = folder / CHECKPOINT_FILE
+    clock = RoundClock(first_round, strategy.num_rounds)
 
     def after_round(server_round: int) -> None:
         save_checkpoint(checkpoint, server_round, config.to_mapping(), info.site_names, strategy.name,
                         strategy.state_dict(), reporter.metrics.rows)
+        log(INFO, "%s", clock.line(server_round))
 
     strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)
     validation_notes = strategy.finish_validation()
     strategy.prepare_evaluation(grid, strategy.num_rounds, config.round_timeout, "test")
-    test_replies = strategy.exchange(grid, strategy.evaluation_messages("test"), config.round_timeout,
-                                     strategy.num_rounds, stage="test")
+    test_messages = strategy.evaluation_messages("test")
+    for message in test_messages:  # the sites draw the report's test images (simulation: into the run folder)
+        ask_for_overlays(message.content, str(folder / OVERLAY_FOLDER))
+    test_replies = strategy.exchange(grid, test_messages, config.round_timeout, strategy.num_rounds, stage="test")
     strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)
     saved = save_model(folder)
     wall = time.monotonic() - started
@@ -79,4 +88,14 @@ def main(grid: Grid, context: Context) -> None:
          ("Validation (last evaluated round)", reporter.latest.get("val", {}))],
         notes,
     )
+    write_run_report(folder)
     log(INFO, "%s finished in %.1f s; results in %s", strategy.name, wall, folder)
+
+
+def write_run_report(folder: Path) -> None:
+    """``report.html``; a report that cannot be drawn is logged, the run's results stand without it."""
+    try:
+        log(INFO, "Report: %s", write_report(folder))
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        log(WARNING, "report.html not written (%s: %s); rebuild it with: fedsm report %s",
+            type(error).__name__, error, folder)
