@@ -11,12 +11,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from fedsm_core.data.synthetic_copies import fundus_site_count
+from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.data.augment import AUGMENTATIONS
 from fedsm_core.methods import STRATEGIES, method
 
 # Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
-DATASETS = ("synthetic-fundus", "synthetic-prostate")
+DATASETS = ("synthetic-fundus", STYLE_ONLY_DATASET, "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site

@@ -11,7 +11,8 @@ from fedsm_core.data.files import DataError
 from fedsm_core.data.federation import FederationSpec, load_federation, locate_spec
 from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING
 from fedsm_core.data.sources import data_source
-from fedsm_core.data.synthetic_copies import MAX_SITES, PREFIX, copy_site_name, fundus_site_count, generate_copy_site
+from fedsm_core.data.synthetic_copies import (MAX_SITES, PREFIX, STYLE_ONLY_DATASET, copy_site_name, fundus_site_count,
+                                              generate_copy_site, generate_style_only_site)
 from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
 from fedsm_core.data.synthetic_prostate import PROSTATE_SITES
 from fedsm_core.data.synthetic_prostate import generate_site as generate_prostate_site
@@ -54,6 +55,14 @@ def _synthetic_fundus() -> DatasetInfo:
     )
 
 
+def _synthetic_fundus_style_only() -> DatasetInfo:
+    return DatasetInfo(
+        site_names=tuple(site.name for site in FUNDUS_SITES),
+        structures=("disc", "cup"),
+        load_site=lambda index, size, scale, seed: generate_style_only_site(index, size, scale, seed),
+    )
+
+
 def _synthetic_fundus_copies(count: int) -> DatasetInfo:
     return DatasetInfo(
         site_names=tuple(copy_site_name(index) for index in range(count)),
@@ -72,6 +81,7 @@ def _synthetic_prostate() -> DatasetInfo:
 
 
 DATASETS: dict[str, Callable[[], DatasetInfo]] = {"synthetic-fundus": _synthetic_fundus,
+                                                   STYLE_ONLY_DATASET: _synthetic_fundus_style_only,
                                                    "synthetic-prostate": _synthetic_prostate}
 
 

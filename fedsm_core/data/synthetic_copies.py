@@ -1,5 +1,15 @@
-"""Synthetic fundus federations of any size: the six site profiles, repeated with other seeds.
+"""Variants of the generated fundus federation: any number of sites, or one annotation protocol.
 
+**Style-only shift.** ``synthetic-fundus-style`` (:data:`STYLE_ONLY_DATASET`)
+has the six sites of ``synthetic-fundus`` with the same images (every random
+draw is kept) but one annotation protocol for all of them
+(:data:`STYLE_ONLY_SITES`): the outlines follow the visible disc and cup
+(``disc_margin = 0``, ``cup_scale = 1``, the mean protocol of the six sites),
+with the same small per-image annotator noise. Sites then differ in
+appearance only, so a method gains from personalization only as far as it
+copes with the camera, not by learning a site's way of drawing outlines.
+
+**Any size.**
 ``synthetic-fundus-<K>`` (``2 <= K <= 60``) names a federation of K generated
 sites for scaling studies. Site ``i`` uses the acquisition and annotation
 profile ``i mod 6`` of :data:`~fedsm_core.data.synthetic_fundus.FUNDUS_SITES`
@@ -16,13 +26,18 @@ import dataclasses
 import re
 
 from fedsm_core.data.arrays import SegArrays, SiteSplits
-from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
+from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, SiteProfile, generate_site
 
 PREFIX = "synthetic-fundus-"
 MIN_SITES = 2
 MAX_SITES = 60
 # Repeats of a profile shift the base seed by this much (seeds below it never collide).
 SEED_STRIDE = 1_000_003
+STYLE_ONLY_DATASET = "synthetic-fundus-style"
+STYLE_ONLY_MARGIN, STYLE_ONLY_CUP_SCALE = 0.0, 1.0  # outline = visible edge for every site
+STYLE_ONLY_SITES: tuple[SiteProfile, ...] = tuple(
+    dataclasses.replace(site, disc_margin=STYLE_ONLY_MARGIN, cup_scale=STYLE_ONLY_CUP_SCALE) for site in FUNDUS_SITES
+)
 _PATTERN = re.compile(re.escape(PREFIX) + r"(\d+)")
 
 
@@ -78,3 +93,13 @@ def generate_copy_site(site_index: int, image_size: int = 64, scale: float = 0.5
 def _renamed(split: SegArrays, name: str) -> SegArrays:
     ids = tuple(f"{name}/{image_id.partition('/')[2]}" for image_id in split.ids)
     return dataclasses.replace(split, ids=ids)
+
+
+def generate_style_only_site(site_index: int, image_size: int = 64, scale: float = 0.5,
+                             seed: int = 0) -> SiteSplits:
+    """Site ``site_index`` (0..5) of ``synthetic-fundus-style``: the images of ``synthetic-fundus``, one protocol.
+
+    Parameters and result as :func:`fedsm_core.data.synthetic_fundus.generate_site`;
+    only the masks differ from that site's.
+    """
+    return generate_site(site_index, image_size, scale, seed, profiles=STYLE_ONLY_SITES)

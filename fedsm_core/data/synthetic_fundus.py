@@ -308,7 +308,7 @@ def _render_site(rng: np.random.Generator, site: SiteProfile, n: int,
 
 
 def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
-                  seed: int = 0) -> SiteSplits:
+                  seed: int = 0, profiles: tuple[SiteProfile, ...] = FUNDUS_SITES) -> SiteSplits:
     """Generate the train/val/test splits of one synthetic fundus site.
 
     Parameters
@@ -321,6 +321,8 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
         Fraction (> 0) of the paper's site size to generate (at least 8 images).
     seed : int
         Base seed; the site draws from ``np.random.default_rng([seed, site_index])``.
+    profiles : tuple of SiteProfile
+        The sites to draw from (another annotation protocol keeps every random draw).
 
     Returns
     -------
@@ -329,11 +331,11 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
         float32 ``[N, 3, H, W]`` in [0, 1]; masks float32 ``[N, 2, H, W]``
         (disc, cup) in {0, 1} with the cup inside the disc.
     """
-    index = _check_int("site_index", site_index, 0, len(FUNDUS_SITES) - 1)
+    index = _check_int("site_index", site_index, 0, len(profiles) - 1)
     size = _check_int("image_size", image_size, 32, None)
     n = site_size(index, scale)
     seed = _check_int("seed", seed, 0, None)
-    site = FUNDUS_SITES[index]
+    site = profiles[index]
     images, masks = _render_site(np.random.default_rng([seed, index]), site, n, size)
     ids = tuple(f"{site.name}/{i:04d}" for i in range(n))
     # 0.5/0.25/0.25 split: val and test get at least 2, train the remainder.

@@ -23,6 +23,7 @@ from fedsm_core.data.drishti_sites import (
 )
 from fedsm_core.data.files import DataError
 from fedsm_core.data.png_layouts import load_png_site
+from fedsm_core.data.registry import dataset_info
 from fedsm_core.data.synthetic_fundus import PAPER_SITE_SIZES
 
 FAKE_TOTAL = 60
@@ -269,3 +270,26 @@ def test_real_sites_move_toward_their_reference_sources():
         target = _colour(load_png_site(samples / domain, "fundus-dofe", 64)).mean(axis=0)
         shifted = _colour(load_drishti_site(root, index, 64)).mean(axis=0)
         assert np.linalg.norm(shifted - target) < 0.5 * np.linalg.norm(native - target), domain
+
+
+def _test_set(load, seed: int) -> frozenset[str]:
+    return frozenset(i for index in range(len(DRISHTI_SITES)) for i in load(index, seed).test.ids)
+
+
+def test_three_data_seeds_give_three_different_test_sets(fake_root):
+    # Execute
+    sets = [_test_set(lambda index, seed: load_drishti_site(fake_root, index, SIZE, seed=seed), s) for s in (0, 1, 2)]
+
+    # Assert: every pair of seeds tests on other images (the same number of them)
+    assert len({len(s) for s in sets}) == 1
+    assert all(a != b for a, b in itertools.combinations(sets, 2))
+
+
+def test_the_federation_passes_data_seed_to_the_partition():
+    # The run config's data-seed reaches the partition through the dataset registry (real data only).
+    _real_root()
+    spec = Path(__file__).resolve().parents[2] / "experiments" / "federations" / "drishti-six-site.toml"
+    info = dataset_info(str(spec))
+    sets = [_test_set(lambda index, seed: info.load_site(index, 32, 1.0, seed), s) for s in (0, 1, 2)]
+    assert all(a != b for a, b in itertools.combinations(sets, 2))
+    assert _test_set(lambda index, seed: info.load_site(index, 32, 1.0, seed), 1) == sets[1]
