@@ -30,7 +30,10 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
@@ -38,6 +41,7 @@ from experiments.progress import over_runs
 from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
+from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
@@ -125,8 +129,14 @@ def _row(method: str, seed: int, site: str, value: float, settings: dict[str, ob
             "config": json.dumps(settings, sort_keys=True)}
 
 
-def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> tuple[list[dict], list]:
-    """Centralized and/or Local-k for one seed; returns test rows and the centralized curve."""
+def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
+               on_model: Callable[[str, torch.nn.Module, dict[str, SiteSplits]], None] | None = None,
+               ) -> tuple[list[dict], list]:
+    """Centralized and/or Local-k for one seed; returns test rows and the centralized curve.
+
+    ``on_model(job, model, sites)``, when given, sees each trained model with the sites
+    it was scored on (``experiments.study`` scores every test image with it).
+    """
     config = RunConfig.from_mapping({**overrides, "seed": seed})
     set_cpu_threads(config.torch_threads)  # more threads than free cores slows training several-fold
     info = dataset_info(config.dataset)
@@ -149,6 +159,8 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object]) -> t
             sites[info.site_names[int(job.split("-")[1]) - 1]].train
         on_epoch = (lambda e, d: curve.append((e, d))) if job == "Centralized" else None
         model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch)
+        if on_model is not None:
+            on_model(job, model, sites)
         per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}
         per_site[POOLED] = pool_site_metrics(per_site)
         rows += [_row(method_label(job, config), seed, name, m["dice-global"], tag) for name, m in per_site.items()]

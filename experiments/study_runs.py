@@ -1,0 +1,209 @@
+"""One run of a study: its key and folder, how it is extended and resumed, and its rows of the long CSV.
+
+A run is keyed by dataset, method, seed and a hash of everything else that
+decides its result (its settings, the stopping rule, and for a method that
+takes its round count from another, that run's key). Its files live in
+``<runs>/<dataset>/<method>/seed<seed>-<hash>/``:
+
+* the run folders of its ``flwr run`` chunks (written by the ServerApp, each
+  with ``metrics.csv`` and ``checkpoint.pt``); a chunk that is extended, or
+  was interrupted, is continued by the next with ``resume-from``;
+* ``chunks.jsonl``: rounds and wall seconds of every chunk this study started;
+* ``study-rows.csv``, written last: the run's rows of the long CSV. Its
+  presence means "finished": a later sitting reads it and runs nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from experiments.study_plan import StoppingRule, next_target
+from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedsm_core.config import RunConfig
+from fedsm_core.methods import METHODS
+
+ROWS_FILE = "study-rows.csv"
+CHUNKS_FILE = "chunks.jsonl"
+ROW_COLUMNS = ("dataset", "method", "seed", "kind", "round", "site", "image", "value")
+# kind: "test" (reported Dice per site and pooled), "image" (Dice of a test image with foreground),
+# "val" (pooled validation Dice per evaluated round), "seconds" (wall time of the whole run)
+Launch = Callable[[dict[str, object], Path, str], Path]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKey:
+    """Identity of one run of a study."""
+
+    dataset: str
+    method: str
+    seed: int
+    digest: str
+
+    @property
+    def dataset_label(self) -> str:
+        """The dataset's short name: a federation spec's file stem, else the name."""
+        return Path(self.dataset).stem if self.dataset.endswith(".toml") else self.dataset
+
+    def folder(self, runs: Path) -> Path:
+        """``<runs>/<dataset>/<method>/seed<seed>-<hash>``."""
+        return runs / self.dataset_label / self.method / f"seed{self.seed}-{self.digest}"
+
+    def __str__(self) -> str:
+        return f"{self.dataset_label} {self.method} seed {self.seed}"
+
+
+def run_key(dataset: str, method: str, seed: int, settings: Mapping[str, object], rule: StoppingRule,
+            rounds_from: RunKey | None = None) -> RunKey:
+    """The key of a run; its hash changes with any setting, the rule, or the run it takes rounds from."""
+    content = {"settings": dict(settings), "rule": dataclasses.asdict(rule),
+               "rounds-from": None if rounds_from is None else dataclasses.asdict(rounds_from)}
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return RunKey(dataset, method, seed, digest)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One run folder of a run: how far its checkpoint got and whether it finished (has test rows)."""
+
+    folder: Path
+    checkpoint_round: int
+    num_server_rounds: int
+    finished: bool
+
+
+def read_chunks(key_folder: Path) -> list[Chunk]:
+    """Every run folder under ``key_folder`` that has a checkpoint, oldest first."""
+    chunks = []
+    for folder in sorted(p for p in key_folder.iterdir() if (p / CHECKPOINT_FILE).is_file()):
+        checkpoint = load_checkpoint(folder / CHECKPOINT_FILE)
+        finished = any(r["split"] == "test" for r in read_metrics(folder))
+        chunks.append(Chunk(folder, int(checkpoint["round"]), int(checkpoint["run-config"]["num-server-rounds"]),
+                            finished))
+    return chunks
+
+
+def read_metrics(folder: Path) -> list[dict[str, str]]:
+    """Rows of a run folder's ``metrics.csv`` (none when it is missing)."""
+    path = folder / "metrics.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def resume_point(chunks: Sequence[Chunk], target: int, extra_rounds: int | None) -> Path | None:
+    """The checkpoint to continue toward ``target`` rounds from: the furthest one a resume accepts.
+
+    A resume may raise ``num-server-rounds`` but never pass the checkpoint's
+    round. FedSM-extra (``extra_rounds`` given) switches to selector training
+    at ``num-server-rounds``, so only a chunk of exactly ``target`` rounds
+    continues it.
+    """
+    total = target + (extra_rounds or 0)
+    usable = [c for c in chunks if c.checkpoint_round < total and
+              (c.num_server_rounds == target if extra_rounds is not None else c.num_server_rounds <= target)]
+    best = max(usable, key=lambda c: c.checkpoint_round, default=None)
+    return None if best is None else best.folder / CHECKPOINT_FILE
+
+
+def validation_curve(rows: Sequence[Mapping[str, str]], metric: str) -> list[tuple[int, float]]:
+    """Pooled validation ``metric`` per evaluated round; ``dice-global`` for a score only tested (kNN-Per)."""
+    for name in (metric, "dice-global"):
+        curve = [(int(r["round"]), float(r["value"])) for r in rows
+                 if r["split"] == "val" and r["site"] == "pooled" and r["metric"] == name]
+        if curve:
+            return sorted(curve)
+    return []
+
+
+def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule: StoppingRule,
+                  fixed_rounds: int | None, launch: Launch) -> Path:
+    """Train ``key`` until the rule holds (or for ``fixed_rounds``); returns the final run folder.
+
+    Each pass looks at what is on disk, so an interrupted study picks up here.
+    """
+    folder = key.folder(runs)
+    config = RunConfig.from_mapping({**settings, "num-server-rounds": 1})
+    extra = config.extra_rounds if METHODS[config.strategy].extra_selector else None
+    score = METHODS[key.method].score
+    while True:
+        chunks = read_chunks(folder) if folder.is_dir() else []
+        finished = [c for c in chunks if c.finished and fixed_rounds in (None, c.num_server_rounds)]
+        done = max(finished, key=lambda c: c.num_server_rounds, default=None)
+        if fixed_rounds is not None:
+            target = fixed_rounds
+        elif done is None:
+            target = rule.min_rounds
+        else:
+            target = next_target(validation_curve(read_metrics(done.folder), score), done.num_server_rounds, rule)
+        if done is not None and done.num_server_rounds == target:
+            return done.folder
+        start = resume_point(chunks, target, extra)
+        overrides = {**settings, "num-server-rounds": target, **({"resume-from": str(start)} if start else {})}
+        began = time.monotonic()
+        launch(overrides, folder, f"study {key} to round {target}")
+        with (folder / CHUNKS_FILE).open("a") as handle:
+            handle.write(json.dumps({"rounds": target, "seconds": round(time.monotonic() - began, 1),
+                                     "resumed-from": str(start) if start else None}) + "\n")
+        if not any(c.finished and c.num_server_rounds == target for c in read_chunks(folder)):
+            raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
+
+
+def chunk_seconds(folder: Path) -> float:
+    """Wall seconds of the chunks the study ran for this key (all sittings)."""
+    path = folder / CHUNKS_FILE
+    if not path.is_file():
+        return 0.0
+    return sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
+
+
+def federated_rows(key: RunKey, final: Path, images: Sequence[tuple[str, str, bool, float]],
+                   seconds: float) -> list[dict[str, object]]:
+    """The long-CSV rows of a finished federated run (test per site, images, validation curve, seconds)."""
+    metrics = read_metrics(final)
+    score = METHODS[key.method].score
+    rounds = max((int(r["round"]) for r in metrics if r["split"] == "test"), default=0)
+    tests = [(r["site"], float(r["value"])) for r in metrics if r["split"] == "test" and r["metric"] == score]
+    return result_rows(key, rounds, tests, images, validation_curve(metrics, score), seconds)
+
+
+def result_rows(key: RunKey, rounds: int, tests: Sequence[tuple[str, float]],
+                images: Sequence[tuple[str, str, bool, float]], curve: Sequence[tuple[int, float]],
+                seconds: float) -> list[dict[str, object]]:
+    """Rows of :data:`ROW_COLUMNS` for one run; images without foreground are left out (as in every Dice mean)."""
+    base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed}
+    rows = [{**base, "kind": "test", "round": rounds, "site": site, "image": "", "value": value}
+            for site, value in tests]
+    rows += [{**base, "kind": "image", "round": rounds, "site": site, "image": image, "value": dice}
+             for site, image, foreground, dice in images if foreground]
+    rows += [{**base, "kind": "val", "round": r, "site": "pooled", "image": "", "value": v} for r, v in curve]
+    rows.append({**base, "kind": "seconds", "round": rounds, "site": "", "image": "", "value": round(seconds, 1)})
+    return rows
+
+
+def write_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> Path:
+    """Rows of :data:`ROW_COLUMNS` as CSV (``path`` is replaced atomically, so a crash never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=ROW_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    partial.replace(path)
+    return path
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Rows written by :func:`write_rows`."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if rows and set(ROW_COLUMNS) - set(rows[0]):
+        raise ValueError(f"{path}: missing columns {sorted(set(ROW_COLUMNS) - set(rows[0]))}; expected "
+                         f"{list(ROW_COLUMNS)} (written by experiments.study)")
+    return rows
