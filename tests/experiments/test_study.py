@@ -1,0 +1,161 @@
+"""The study runner with a stand-in for ``flwr run``: chunks, resume after an interruption, skipping finished runs.
+
+The stand-in writes what a run folder holds (``metrics.csv`` with a hand-made
+validation curve, ``checkpoint.pt``, ``test-images.csv``) and checks every
+resume with the ServerApp's own :func:`fedsm_core.checkpoint.check_resumable`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+import experiments.study as study
+from experiments.study_plan import StoppingRule
+from experiments.study_runs import Chunk, RunKey, read_rows, resume_point, run_key
+from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, write_rows as write_image_rows
+from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
+from fedsm_core.config import RunConfig
+from fedsm_core.reporting import CSV_COLUMNS
+
+SITES = ("site-1", "site-2")
+PLAN = """
+[study]
+datasets = ["synthetic-fundus"]
+methods = ["fedavg", "centralized", "fedsm", "fedsm-extra"]
+seeds = [0]
+[stopping]
+min-rounds = 6
+max-rounds = 15
+window = 2
+min-gain = 0.002
+check-every = 2
+[run-config]
+eval-every = 1
+[methods]
+centralized = { rounds-from = "fedavg" }
+fedsm-extra = { rounds-from = "fedsm" }
+"""
+
+
+def curve(server_round: int) -> float:
+    # +0.04 per round until round 9, flat after: the rule (gain over 2 rounds < 0.002) first holds at 11,
+    # checked at 6, 8, 10 (gain 0.04) and 12 (gain 0): the run stops at 12.
+    return 0.5 + 0.04 * min(server_round, 9)
+
+
+class FakeFlower:
+    """Writes one run folder per call; ``interrupt`` = (method, target, round) stops that chunk early."""
+
+    def __init__(self, interrupt: tuple[str, int, int] | None = None) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.interrupt = interrupt
+
+    def __call__(self, settings: dict[str, object], runs: Path, label: str) -> Path:
+        self.calls.append(dict(settings))
+        config = RunConfig.from_mapping(settings)
+        folder = runs / f"chunk-{len(list(runs.glob('chunk-*'))) if runs.is_dir() else 0:03d}"
+        folder.mkdir(parents=True)
+        metrics, first = [], 1
+        if config.resume_from:
+            checkpoint = load_checkpoint(config.resume_from)
+            check_resumable(checkpoint, config.to_mapping(), SITES, config.total_rounds, config.resume_from)
+            metrics, first = [tuple(r) for r in checkpoint["metrics"]], checkpoint["round"] + 1
+        last = config.total_rounds
+        if self.interrupt and self.interrupt[:2] == (config.strategy, config.num_server_rounds):
+            last = self.interrupt[2]
+        metrics += [(r, "val", "pooled", m, curve(r)) for r in range(first, last + 1) for m in ("dice-global", "dice-super")]
+        save_checkpoint(folder / CHECKPOINT_FILE, last, config.to_mapping(), SITES, config.strategy, {}, metrics)
+        if last < config.total_rounds:
+            self._write(folder, metrics)
+            raise RuntimeError("interrupted")
+        metrics += [(last, "test", site, m, 0.7) for site in (*SITES, "pooled") for m in ("dice-global", "dice-super")]
+        self._write(folder, metrics)
+        write_image_rows(folder / IMAGE_DICE_FILE, [("site-1", "site-1/0001", True, 0.6),
+                                                    ("site-2", "site-2/0001", True, 0.8)])
+        return folder
+
+    @staticmethod
+    def _write(folder: Path, metrics: list[tuple]) -> None:
+        with (folder / "metrics.csv").open("w", newline="") as handle:
+            csv.writer(handle).writerows([CSV_COLUMNS, *metrics])
+
+
+def fake_pooled(calls: list[dict[str, object]]):
+    def run_pooled(methods, seed, overrides, on_model=None):
+        calls.append(dict(overrides))
+        rows = [{"site": site, "value": 0.75} for site in (*SITES, "pooled")]
+        return rows, [(e, curve(e)) for e in range(1, overrides["num-server-rounds"] + 1)]
+    return run_pooled
+
+
+def _rounds(rows, method: str) -> set[int]:
+    return {int(r["round"]) for r in rows if r["method"] == method and r["kind"] == "test"}
+
+
+def test_a_study_extends_by_the_rule_resumes_after_an_interruption_and_skips_what_finished(tmp_path, monkeypatch):
+    # Prepare
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(PLAN)
+    pooled_calls: list[dict[str, object]] = []
+    monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled_calls))
+    args = ["--plan", str(plan), "--out", str(out)]
+
+    # Execute: FedSM's chunk to round 8 stops at round 7; then the same command twice more
+    first = FakeFlower(interrupt=("fedsm", 8, 7))
+    with pytest.raises(RuntimeError, match="interrupted"):
+        study.main(args, launch=first)
+    after_interruption = read_rows(out / "results.csv")
+    second = FakeFlower()
+    study.main(args, launch=second)
+    finished = (out / "results.csv").read_bytes()
+    third = FakeFlower()
+    study.main(args, launch=third)
+
+    # Assert: FedAvg ran 6, 8, 10, 12 rounds, each chunk resuming the previous one
+    fedavg = [c for c in first.calls if c["strategy"] == "fedavg"]
+    assert [c["num-server-rounds"] for c in fedavg] == [6, 8, 10, 12]
+    assert "resume-from" not in fedavg[0] and all("resume-from" in c for c in fedavg[1:])
+    assert pooled_calls[0]["num-server-rounds"] == 12  # centralized: as many passes as FedAvg's rounds
+    assert _rounds(after_interruption, "fedavg") == _rounds(after_interruption, "centralized") == {12}
+    assert not _rounds(after_interruption, "fedsm")
+    # The second sitting starts nothing finished and continues FedSM from its round-7 checkpoint.
+    assert {c["strategy"] for c in second.calls} == {"fedsm", "fedsm-extra"}
+    resumed = second.calls[0]
+    assert resumed["num-server-rounds"] == 8
+    assert load_checkpoint(resumed["resume-from"])["round"] == 7
+    extra = [c for c in second.calls if c["strategy"] == "fedsm-extra"]
+    assert [c["num-server-rounds"] for c in extra] == [12]  # FedSM's rounds, in one chunk
+    rows = read_rows(out / "results.csv")
+    assert _rounds(rows, "fedsm") == {12}
+    assert _rounds(rows, "fedsm-extra") == {12 + 10}  # its models' rounds plus extra-rounds = 10 for the selector
+    assert not third.calls and len(pooled_calls) == 1
+    assert (out / "results.csv").read_bytes() == finished
+    for name in ("table.md", "curves.png", "commands.md"):
+        assert (out / name).is_file()
+    assert "## synthetic-fundus" in (out / "table.md").read_text()
+
+
+def test_the_key_changes_with_any_setting_and_the_rule_but_not_with_the_round_count():
+    rule = StoppingRule(min_rounds=6, max_rounds=15, window=2, check_every=2)
+    base = run_key("synthetic-fundus", "fedavg", 0, {"lr": 0.002}, rule)
+    assert run_key("synthetic-fundus", "fedavg", 0, {"lr": 0.002}, rule) == base
+    assert run_key("synthetic-fundus", "fedavg", 0, {"lr": 0.001}, rule).digest != base.digest
+    assert run_key("synthetic-fundus", "fedavg", 0, {"lr": 0.002}, StoppingRule()).digest != base.digest
+    assert run_key("synthetic-fundus", "centralized", 0, {"lr": 0.002}, rule, base).digest != \
+        run_key("synthetic-fundus", "centralized", 0, {"lr": 0.002}, rule).digest
+    assert base.folder(Path("runs")) == Path("runs/synthetic-fundus/fedavg") / f"seed0-{base.digest}"
+    assert RunKey("experiments/federations/drishti-six-site.toml", "fedsm", 1, "x").dataset_label == "drishti-six-site"
+
+
+def test_resume_point_takes_the_furthest_checkpoint_a_resume_accepts():
+    chunks = [Chunk(Path("a"), 6, 6, True), Chunk(Path("b"), 7, 8, False), Chunk(Path("c"), 8, 8, True)]
+    assert resume_point(chunks, 10, None) == Path("c") / CHECKPOINT_FILE
+    assert resume_point(chunks, 8, None) == Path("b") / CHECKPOINT_FILE  # c already reached round 8
+    assert resume_point(chunks[:1], 6, None) is None
+    # FedSM-extra: only a chunk of the same num-server-rounds, before its last (extra) round
+    extra = [Chunk(Path("x"), 9, 12, False), Chunk(Path("y"), 6, 6, True)]
+    assert resume_point(extra, 12, 10) == Path("x") / CHECKPOINT_FILE
+    assert resume_point(extra, 14, 10) is None
