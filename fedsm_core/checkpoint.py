@@ -32,8 +32,12 @@ RESUMABLE_CHANGES = frozenset({
 
 
 def to_storable(value: Any) -> Any:
-    """NumPy arrays (also inside dicts, lists and tuples) into tensors for ``torch.save``."""
-    if isinstance(value, np.ndarray):
+    """NumPy arrays and scalars (also inside dicts, lists and tuples) into tensors for ``torch.save``.
+
+    A scalar too: batch norm's ``num_batches_tracked`` comes back from aggregation as
+    ``np.int64``, which ``torch.load(weights_only=True)`` refuses to read.
+    """
+    if isinstance(value, (np.ndarray, np.generic)):
         return torch.from_numpy(np.array(value, copy=True))
     if isinstance(value, Mapping):
         return {str(k): to_storable(v) for k, v in value.items()}

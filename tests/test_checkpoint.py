@@ -91,6 +91,16 @@ def test_the_file_loads_with_weights_only(tmp_path):
     assert payload["state"]["missed"] == _state()["missed"]
 
 
+def test_a_batch_norm_counter_stored_as_a_numpy_scalar_loads_with_weights_only(tmp_path):
+    # Aggregated batch-norm state holds num_batches_tracked as np.int64 (a FedBN run's checkpoint did).
+    state = {"global": {"bn.num_batches_tracked": np.int64(26), "bn.running_mean": np.zeros(2, np.float32)}}
+    path = save_checkpoint(tmp_path / "checkpoint.pt", 3, {"lr": 0.002}, SITES, "FedBN", state, [])
+
+    loaded = load_checkpoint(path)["state"]["global"]
+
+    assert int(loaded["bn.num_batches_tracked"]) == 26 and loaded["bn.num_batches_tracked"].dtype == np.int64
+
+
 def test_to_storable_copies_arrays_and_from_storable_turns_tuples_into_lists():
     # Prepare
     array = np.array([1.0, 2.0])
