@@ -44,7 +44,7 @@ from experiments.study_plan import StudyPlan, load_plan
 from experiments.study_runs import (ROWS_FILE, Launch, RunKey, chunk_seconds, federated_rows, read_rows, result_rows,
                                     run_federated, run_key, write_rows)
 from experiments.study_table import plot_study_curves, study_table
-from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, write_image_dice
+from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, site_means, write_image_dice
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
 from fedsm_core.config import RunConfig
 from fedsm_core.device import select_device, set_cpu_threads
@@ -99,6 +99,14 @@ def run_centralized(key: RunKey, settings: Mapping[str, object], rounds: int) ->
     return result_rows(key, rounds, [(str(r["site"]), float(r["value"])) for r in tests], images, curve, seconds)
 
 
+def check_images(key: RunKey, images: list[tuple[str, str, bool, float]], rows: list[dict[str, object]]) -> None:
+    """Warn when the per-image Dice does not average to what the run reported (another model or split)."""
+    reported = {str(r["site"]): float(r["value"]) for r in rows if r["kind"] == "test"}
+    gaps = {site: abs(mean - reported[site]) for site, mean in site_means(images).items() if site in reported}
+    if not gaps or max(gaps.values()) > 1e-6:
+        print(f"[study] warning: {key}: per-image test Dice does not reproduce the reported Dice {gaps}", flush=True)
+
+
 def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch) -> list[dict[str, object]]:
     """Train one run to its end (or continue it) and write its rows; returns them."""
     key, settings, source = job
@@ -112,7 +120,9 @@ def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch) -> list[dict[
         path = final / IMAGE_DICE_FILE
         if not path.is_file():
             write_image_dice(final, select_device(config.device))
-        rows = federated_rows(key, final, read_image_rows(path), chunk_seconds(key.folder(runs)))
+        images = read_image_rows(path)
+        rows = federated_rows(key, final, images, chunk_seconds(key.folder(runs)))
+        check_images(key, images, rows)
     write_rows(key.folder(runs) / ROWS_FILE, rows)
     return rows
 
