@@ -71,7 +71,7 @@ class StoppingRule:
 
 
 def gain_over_window(curve: Sequence[tuple[int, float]], server_round: int, window: int) -> float:
-    """``best(<= r) - best(<= r - window)`` of a validation curve; ``inf`` when no round ``<= r - window`` was evaluated.
+    """``best(<= r) - best(<= r - window)`` of a validation curve; ``inf`` if no round ``<= r - window`` was evaluated.
 
     ``best(<= x)`` is the highest value at an evaluated round ``<= x`` (the curve
     may be evaluated every few rounds).
@@ -174,7 +174,8 @@ def load_plan(path: str | Path) -> StudyPlan:
     if fixed:
         raise _error(path, f"[run-config] {fixed}", "are set by the study; remove them ([study] and [stopping] decide)")
     plan = StudyPlan(
-        path=path, datasets=_list(path, study, "datasets", str), methods=methods, seeds=_list(path, study, "seeds", int),
+        path=path, datasets=_list(path, study, "datasets", str), methods=methods,
+        seeds=_list(path, study, "seeds", int),
         stopping=_stopping(path, raw.get("stopping", {})), run_config=run_config,
         rounds_from=_rounds_from(path, methods, raw.get("methods", {})),
         chosen={d: Path(p) for d, p in raw.get("chosen", {}).items()},

@@ -23,8 +23,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import torch
+
 from experiments.study_plan import StoppingRule, next_target
-from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedsm_core.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, load_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
 
@@ -81,11 +83,22 @@ def read_chunks(key_folder: Path) -> list[Chunk]:
     """Every run folder under ``key_folder`` that has a checkpoint, oldest first."""
     chunks = []
     for folder in sorted(p for p in key_folder.iterdir() if (p / CHECKPOINT_FILE).is_file()):
-        checkpoint = load_checkpoint(folder / CHECKPOINT_FILE)
+        checkpoint = checkpoint_head(folder / CHECKPOINT_FILE)
         finished = any(r["split"] == "test" for r in read_metrics(folder))
         chunks.append(Chunk(folder, int(checkpoint["round"]), int(checkpoint["run-config"]["num-server-rounds"]),
                             finished))
     return chunks
+
+
+def checkpoint_head(path: Path) -> dict[str, object]:
+    """A checkpoint's round and run config, memory-mapped: a FedSM checkpoint holds 2K + 1 models."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # torch raises several types for damaged files; load_checkpoint words the error
+        return load_checkpoint(path)
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        return load_checkpoint(path)
+    return {"round": payload["round"], "run-config": payload["run-config"]}
 
 
 def read_metrics(folder: Path) -> list[dict[str, str]]:

@@ -66,7 +66,8 @@ class FakeFlower:
         last = config.total_rounds
         if self.interrupt and self.interrupt[:2] == (config.strategy, config.num_server_rounds):
             last = self.interrupt[2]
-        metrics += [(r, "val", "pooled", m, curve(r)) for r in range(first, last + 1) for m in ("dice-global", "dice-super")]
+        metrics += [(r, "val", "pooled", m, curve(r))
+                    for r in range(first, last + 1) for m in ("dice-global", "dice-super")]
         save_checkpoint(folder / CHECKPOINT_FILE, last, config.to_mapping(), SITES, config.strategy, {}, metrics)
         if last < config.total_rounds:
             self._write(folder, metrics)
