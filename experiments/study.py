@@ -41,8 +41,8 @@ from tqdm import tqdm
 
 from experiments.compare import ROOT, launch_run, run_pooled
 from experiments.study_plan import StudyPlan, load_plan
-from experiments.study_runs import (ROWS_FILE, Launch, RunKey, chunk_seconds, federated_rows, read_rows, result_rows,
-                                    run_federated, run_key, write_rows)
+from experiments.study_runs import (ROWS_FILE, Launch, RunKey, chunk_seconds, federated_rows, read_rows,
+                                    record_seconds, result_rows, run_federated, run_key, write_rows)
 from experiments.study_table import plot_study_curves, study_table
 from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, site_means, write_image_dice
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
@@ -119,7 +119,9 @@ def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch) -> list[dict[
         set_cpu_threads(config.torch_threads)
         path = final / IMAGE_DICE_FILE
         if not path.is_file():
+            began = time.monotonic()
             write_image_dice(final, select_device(config.device))
+            record_seconds(key.folder(runs), "test-images", time.monotonic() - began)
         images = read_image_rows(path)
         rows = federated_rows(key, final, images, chunk_seconds(key.folder(runs)))
         check_images(key, images, rows)

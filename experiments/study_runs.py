@@ -8,7 +8,7 @@ takes its round count from another, that run's key). Its files live in
 * the run folders of its ``flwr run`` chunks (written by the ServerApp, each
   with ``metrics.csv`` and ``checkpoint.pt``); a chunk that is extended, or
   was interrupted, is continued by the next with ``resume-from``;
-* ``chunks.jsonl``: rounds and wall seconds of every chunk this study started;
+* ``chunks.jsonl``: wall seconds of every chunk this study started, and of scoring the test images;
 * ``study-rows.csv``, written last: the run's rows of the long CSV. Its
   presence means "finished": a later sitting reads it and runs nothing.
 """
@@ -161,15 +161,21 @@ def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule:
         overrides = {**settings, "num-server-rounds": target, **({"resume-from": str(start)} if start else {})}
         began = time.monotonic()
         launch(overrides, folder, f"study {key} to round {target}")
-        with (folder / CHUNKS_FILE).open("a") as handle:
-            handle.write(json.dumps({"rounds": target, "seconds": round(time.monotonic() - began, 1),
-                                     "resumed-from": str(start) if start else None}) + "\n")
+        record_seconds(folder, f"rounds 1-{target}" if start is None else f"rounds to {target} from {start}",
+                       time.monotonic() - began)
         if not any(c.finished and c.num_server_rounds == target for c in read_chunks(folder)):
             raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
 
 
+def record_seconds(folder: Path, part: str, seconds: float) -> None:
+    """Append one part of a run's wall time (a chunk of rounds, the per-image scoring) to ``chunks.jsonl``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / CHUNKS_FILE).open("a") as handle:
+        handle.write(json.dumps({"part": part, "seconds": round(seconds, 1)}) + "\n")
+
+
 def chunk_seconds(folder: Path) -> float:
-    """Wall seconds of the chunks the study ran for this key (all sittings)."""
+    """Wall seconds the study spent on this key, all sittings (an interrupted chunk's time is lost)."""
     path = folder / CHUNKS_FILE
     if not path.is_file():
         return 0.0
