@@ -17,7 +17,7 @@ from tqdm import tqdm
 Job = TypeVar("Job")
 
 
-def over_runs(jobs: Iterable[Job], label: str, total: int | None = None) -> Iterator[Job]:
+def over_runs(jobs: Iterable[Job], label: str, total: int | None = None, done: int = 0) -> Iterator[Job]:
     """``jobs`` as they come, with a tqdm bar counting runs (``label`` names the study).
 
     Parameters
@@ -25,7 +25,11 @@ def over_runs(jobs: Iterable[Job], label: str, total: int | None = None) -> Iter
     jobs : iterable
         One item per run (a seed, a ``(method, seed)`` pair, a site).
     total : int, optional
-        Number of runs when ``jobs`` has no length (a generator).
+        Number of runs when ``jobs`` has no length (a generator), or of the whole study
+        when ``jobs`` are only the runs left.
+    done : int
+        Runs finished before (a resumed study): the bar starts there, and its time
+        estimate counts only the runs of this sitting.
     """
-    yield from tqdm(jobs, desc=label, total=total, unit="run", file=sys.stderr, dynamic_ncols=True,
+    yield from tqdm(jobs, desc=label, total=total, initial=done, unit="run", file=sys.stderr, dynamic_ncols=True,
                     mininterval=1.0)

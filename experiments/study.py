@@ -19,7 +19,8 @@ for as many passes over the data as the run it takes its rounds from
 Each seed sets both ``seed`` and ``data-seed``, so seeds differ in their test
 images wherever the dataset's split depends on ``data-seed``.
 
-Writes to ``--out`` after every run: ``results.csv`` (long format,
+A bar on stderr counts runs done and left, with the time the rest should take
+(:func:`experiments.progress.over_runs`). Writes to ``--out`` after every run: ``results.csv`` (long format,
 :data:`experiments.study_runs.ROW_COLUMNS`), ``table.md`` and ``curves.png``
 (:mod:`experiments.study_table`); at the start of every sitting
 ``commands.md`` (the commands, package versions and a log of sittings).
@@ -37,9 +38,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from tqdm import tqdm
-
 from experiments.compare import ROOT, launch_run, run_pooled
+from experiments.progress import over_runs
 from experiments.study_plan import StudyPlan, load_plan
 from experiments.study_runs import (ROWS_FILE, Launch, RunKey, chunk_seconds, federated_rows, read_rows,
                                     record_seconds, result_rows, run_federated, run_key, write_rows)
@@ -177,17 +177,14 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan_jobs(plan)
     pending = [job for job in jobs if finished_rows(job[0], runs) is None]
-    write_commands(args.out, args.plan, len(jobs) - len(pending), len(jobs))
-    if args.only_finished:
-        pending = []
-    with tqdm(total=len(jobs), initial=len(jobs) - len(pending), unit="run", file=sys.stdout) as progress:
-        for job in pending:
-            progress.set_postfix_str(f"{job[0]}; {len(jobs) - progress.n} left")
-            run_job(job, plan, runs, launch)
-            progress.update(1)
-            write_outputs(args.out, jobs, runs)
-    done = write_outputs(args.out, jobs, runs)
-    print(f"[study] {done} of {len(jobs)} runs finished; results in {args.out}", flush=True)
+    done = len(jobs) - len(pending)
+    write_commands(args.out, args.plan, done, len(jobs))
+    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(jobs), done)):
+        print(f"[study] {job[0]}: run {done + index + 1} of {len(jobs)}, {len(pending) - index} left", flush=True)
+        run_job(job, plan, runs, launch)
+        write_outputs(args.out, jobs, runs)
+    finished = write_outputs(args.out, jobs, runs)
+    print(f"[study] {finished} of {len(jobs)} runs finished; results in {args.out}", flush=True)
     return 0
 
 
