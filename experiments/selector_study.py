@@ -12,12 +12,13 @@ every round (the app's initial selector, per-(round, site) seeds and batches,
 :func:`~fedsm_core.algorithms.fedsm.client.selector_learner`, averaging of
 weights and Adam moments) for three training variants:
 
-* ``default``: site-contrast negatives, equal weights (``selector-negatives = true``);
+* ``default``: site-contrast negatives, equal weights (``selector-negatives = true``),
+  moments averaged (the app's default when the committed rows were made);
 * ``paper``: plain cross-entropy, weights ``n_k / n`` (Xu et al.);
 * ``plain-equal``: plain cross-entropy, equal weights;
-* ``local-moments``: the default, but each site keeps its selector's Adam
-  moments instead of the server averaging them (``selector-moments = local``),
-  which is what sending the moments buys.
+* ``local-moments``: ``default``, but each site keeps its selector's Adam
+  moments instead of the server averaging them (``selector-moments = local``,
+  now the app's default); the difference is what sending the moments buys.
 
 At every evaluated round each variant's selector is scored twice on validation
 and test images: with the head federated training left (``selector-head =
@@ -52,9 +53,10 @@ from fedsm_core.training.local_update import train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
 
 VARIANTS = {
-    "default": {"selector-negatives": True, "selector-weighting": "equal"},
-    "paper": {"selector-negatives": False, "selector-weighting": "size"},
-    "plain-equal": {"selector-negatives": False, "selector-weighting": "equal"},
+    # The first three average the selector's Adam moments, as the app did when they were run
+    "default": {"selector-negatives": True, "selector-weighting": "equal", "selector-moments": "averaged"},
+    "paper": {"selector-negatives": False, "selector-weighting": "size", "selector-moments": "averaged"},
+    "plain-equal": {"selector-negatives": False, "selector-weighting": "equal", "selector-moments": "averaged"},
     "local-moments": {"selector-negatives": True, "selector-weighting": "equal", "selector-moments": "local"},
 }
 COLUMNS = ("dataset", "variant", "seed", "round", "head", "split", "site", "accuracy")

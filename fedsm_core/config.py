@@ -56,7 +56,7 @@ class RunConfig:
     selector_width: int = 32
     selector_negatives: bool = True
     selector_weighting: str = "equal"
-    selector_moments: str = "averaged"
+    selector_moments: str = "local"
     selector_head: str = "fitted"
     selector_shrinkage: float = 0.1
     personalization: str = "softpull"

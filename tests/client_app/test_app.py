@@ -98,7 +98,14 @@ def test_train_returns_updated_models_and_the_site_size():
     assert set(new_selector) == set(selector)
     assert any(not np.array_equal(new_selector[k], selector[k]) for k in selector)
     assert set(records.from_record(content[records.PERSONAL])) == set(segmentation)
-    moments = records.from_record(content[records.SELECTOR_OPTIMIZER])
+    # selector-moments = local (the default): the moments stay at the site, the reply carries none
+    assert records.from_record(content[records.SELECTOR_OPTIMIZER]) == {}
+    site_name = dataset_info("synthetic-fundus").site_names[SITE]
+    kept = load_site_state(1, site_name, records.SELECTOR_MOMENTS_STATE)
+    assert all(float(kept[f"{name}/step"]) == 1.0 for name in ("classifier.weight", "classifier.bias"))
+    averaged = Context(run_id=2, node_id=7, node_config={"partition-id": SITE}, state=RecordDict(),
+                       run_config={**TINY, "selector-moments": "averaged"})
+    moments = records.from_record(client.train(msg, averaged).content[records.SELECTOR_OPTIMIZER])
     assert all(float(moments[f"{name}/step"]) == 1.0 for name in ("classifier.weight", "classifier.bias"))
     metrics = content[records.METRICS]
     assert metrics["steps"] == 1.0

@@ -51,7 +51,7 @@ def _app_rounds(settings: dict[str, object], rounds: int):
     ({}, 1),
     ({"amplitude-normalization": True}, 1),  # HarmoFL's amplitude is fixed after round 1
     ({"personalization": "apfl"}, 2),  # round 2 starts from what each site kept of round 1
-    ({"selector-moments": "local"}, 2),
+    ({"selector-moments": "averaged"}, 2),  # the server's averaged moments instead of each site's own
 ])
 def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
     # Prepare
