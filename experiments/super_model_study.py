@@ -43,6 +43,7 @@ from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.bundle import load_bundle
 from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedsm_core.config import RunConfig
+from fedsm_core.methods import METHODS
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.device import set_cpu_threads
 from fedsm_core.evaluation import evaluate_super_model
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["fedsm", "fedsm-extra"],
-                        choices=[m for m in FEDERATED if m.startswith("fedsm")])
+                        choices=[m for m, row in METHODS.items() if row.family == "fedsm"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=30 dataset=..."')
     parser.add_argument("--out", type=Path, required=True, help="where results.csv and table.md go")
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
             folder = launch_run(settings, folder_runs, f"study {method} seed {seed}")
         rows += test_rows(folder, Path(dataset).stem, method, seed)
-        if method != "fedsm-extra" and args.gamma_selection:
+        if not METHODS[method].extra_selector and args.gamma_selection:  # FedSM-extra has no gamma
             rows += rescore(folder, Path(dataset).stem, method, seed, args.gamma_selection)
         write_results(args.out, rows, f"Command: `python -m experiments.super_model_study {' '.join(argv or sys.argv[1:])}`")
         elapsed = time.monotonic() - started
