@@ -15,7 +15,9 @@ gamma = 0, at the run's gamma (chosen on the training sites' validation
 data), at the calibrated gamma (training sites' validation data, each site
 left out of the selector in turn, temperature-scaled selector, and only
 images familiar to their chosen site routed: :mod:`fedsm_core.analysis.familiarity`)
-and at the oracle gamma (best on the held-out test data: reported, never used).
+at the local gamma (the best on the held-out site's own labelled validation images, as a
+hospital that labels a few images when it joins would choose it) and at the oracle gamma
+(best on the held-out test data: reported, never used).
 
 Writes to ``--out``: ``heldout.md``, ``heldout.csv`` (long format),
 ``dice_vs_gamma.png`` and ``selector_features.png`` (PCA of the selector
@@ -75,8 +77,9 @@ def evaluate_held_out(site: str, bundle: Path, config: RunConfig, temperature_sc
     if familiarity:
         train = {name: selector_features(model, splits[name].train, device=device) for name in info.site_names}
         regions = fit_site_regions(train, {name: val[name].features for name in info.site_names}, info.site_names)
+    own_val = score_every_model(model, splits[site].val, device=device)  # the new site's few labelled images
     result = analyse_held_out(site, tests[site], val, info.site_names, info.gamma, temperature_scaling,
-                              regions=regions)
+                              regions=regions, site_val=own_val)
     return result, {name: scores.features for name, scores in tests.items()}
 
 

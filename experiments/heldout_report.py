@@ -13,8 +13,9 @@ import numpy as np  # noqa: E402
 
 from fedsm_core.analysis.held_out import HeldOutResult, project_2d  # noqa: E402
 
-KINDS = ("zero", "bundle", "calibrated", "oracle")
-KIND_LABELS = {"zero": "gamma = 0", "bundle": "run's gamma", "calibrated": "calibrated", "oracle": "oracle (test)"}
+KINDS = ("zero", "bundle", "calibrated", "local", "oracle")
+KIND_LABELS = {"zero": "gamma = 0", "bundle": "run's gamma", "calibrated": "calibrated", "local": "local (own val)",
+               "oracle": "oracle (test)"}
 
 
 def result_rows(result: HeldOutResult) -> list[dict[str, object]]:
@@ -44,20 +45,21 @@ def result_table(results: Sequence[HeldOutResult]) -> list[str]:
     lines = ["Share of test images routed to each model", "",
              "| held-out site | gamma | " + " | ".join(models) + " |", "|---" * (len(models) + 2) + "|"]
     for r in results:
-        for kind in ("zero", "calibrated"):
+        for kind in [k for k in ("zero", "calibrated", "local") if k in r.frequencies]:
             shares = r.frequencies[kind]
             cells = [f"{shares[m]:.2f}" if m in shares else "-" for m in models]
             lines.append(f"| {r.site} | {kind} {_gamma(r.gammas[kind])} | " + " | ".join(cells) + " |")
     lines += ["", "Dice on the held-out site's test images", "",
               "| held-out site | images | global | best personalized | " + " | ".join(KIND_LABELS[k] for k in KINDS)
-              + " | gammas (run / calibrated / oracle) | T |", "|---" * 10 + "|"]
+              + " | gammas (run / calibrated / local / oracle) | T |", "|---" * 11 + "|"]
     for r in results:
         personal = {k: v for k, v in r.dice.items() if k != "global" and not k.startswith("super@")}
         best = max(personal, key=personal.get)
-        cells = [f"{r.dice[f'super@{k}']:.4f}" for k in KINDS]
+        cells = [f"{r.dice[f'super@{k}']:.4f}" if f"super@{k}" in r.dice else "-" for k in KINDS]
+        local = f"{r.gammas['local']:.2f}" if "local" in r.gammas else "-"
         lines.append(f"| {r.site} | {r.num_images} | {r.dice['global']:.4f} | {personal[best]:.4f} ({best}) | "
                      + " | ".join(cells) + f" | {_gamma(r.gammas['bundle'])} / {r.gammas['calibrated']:.2f} / "
-                     f"{r.gammas['oracle']:.2f} | {r.temperature:.2f} |")
+                     f"{local} / {r.gammas['oracle']:.2f} | {r.temperature:.2f} |")
     return lines
 
 

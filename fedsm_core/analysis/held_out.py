@@ -11,6 +11,10 @@ candidate model and of the super model at four thresholds:
   each site left out of the selector in turn (:mod:`gamma_calibration`),
   applied with the temperature fitted there and, when site regions are
   given, only to images familiar to their chosen site (:mod:`familiarity`);
+* the local gamma, when the held-out site has labelled validation images of
+  its own (a new hospital labels a few to join): the best on them, ties to
+  the smallest; never below its global model on them, since gamma = 1 is
+  the global model;
 * the oracle gamma, the best on the held-out test images themselves:
   reported as a reference and never used to choose anything.
 """
@@ -66,7 +70,8 @@ class HeldOutResult:
 
 def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores], site_names: Sequence[str],
                      bundle_gamma: float | tuple[float, ...], temperature_scaling: bool = True,
-                     gamma_grid: Sequence[float] = GAMMA_GRID, regions: SiteRegions | None = None) -> HeldOutResult:
+                     gamma_grid: Sequence[float] = GAMMA_GRID, regions: SiteRegions | None = None,
+                     site_val: ModelScores | None = None) -> HeldOutResult:
     """Score the routing of ``test`` (held-out site) under four gamma choices.
 
     Parameters
@@ -85,6 +90,8 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
         The training sites' embedding regions: the calibrated routing (in
         calibration and on ``test``) sends images unfamiliar to their chosen
         site to the global model.
+    site_val : ModelScores, optional
+        Scores of the held-out site's own labelled validation images: adds the ``local`` gamma.
     """
     result = HeldOutResult(site, len(test), tuple(gamma_grid))
     if temperature_scaling:
@@ -96,6 +103,9 @@ def analyse_held_out(site: str, test: ModelScores, val: Mapping[str, ModelScores
     result.curve = dice_by_gamma(test.dice, probs, gamma_grid)
     result.gammas = {"zero": 0.0, "bundle": check_gamma(bundle_gamma), "calibrated": calibrated,
                      "oracle": choose_gamma(result.curve, gamma_grid)}
+    if site_val is not None and len(site_val):
+        result.gammas["local"] = choose_gamma(dice_by_gamma(site_val.dice, softmax(site_val.logits), gamma_grid),
+                                              gamma_grid)
     result.dice["global"] = float(test.dice[:, 0].mean())
     result.dice.update({name: float(test.dice[:, k + 1].mean()) for k, name in enumerate(site_names)})
     for kind, gamma in result.gammas.items():

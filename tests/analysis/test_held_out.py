@@ -153,3 +153,18 @@ def test_with_site_regions_unfamiliar_test_images_go_to_the_global_model():
     assert gated.frequencies["calibrated"]["global"] == 1.0
     assert gated.dice["super@calibrated"] == pytest.approx(gated.dice["global"], abs=1e-12)
     assert gated.frequencies["zero"] == pytest.approx({"global": 0.0, "a": 0.5, "b": 0.25, "c": 0.25})
+
+
+def test_the_local_gamma_is_the_best_on_the_sites_own_validation_images():
+    # The site's validation images here are its test images, so the local choice is the oracle's: 0.75
+    # (the smallest of the 0.75-0.90 plateau), Dice 2.6 / 4; a second site_val that only loses by routing
+    # (routed models all worse than the global model) keeps everything global: from gamma 0.9 on neither of
+    # its images (confidence 0.9 and 0.8) is routed, and ties go to the smallest gamma.
+    local = analyse_held_out("d", TEST, VAL, SITES, 0.6, temperature_scaling=False, site_val=TEST)
+    losing = scores([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1]], [[0.9, 0.1, 0.1, 0.1], [0.8, 0.2, 0.2, 0.2]], "d-val")
+    cautious = analyse_held_out("d", TEST, VAL, SITES, 0.6, temperature_scaling=False, site_val=losing)
+
+    assert local.gammas["local"] == 0.75 and local.dice["super@local"] == pytest.approx(2.6 / 4, abs=1e-12)
+    # on test, gamma 0.9 still routes d/0 (confidence 0.92) to a: 0.9 instead of 0.5
+    assert cautious.gammas["local"] == 0.9 and cautious.dice["super@local"] == pytest.approx(2.6 / 4, abs=1e-12)
+    assert "local" not in analyse_held_out("d", TEST, VAL, SITES, 0.6, temperature_scaling=False).gammas

@@ -55,10 +55,10 @@ def test_result_table_cells():
     assert "| held-out site | gamma | global | a | b |" in lines
     assert "| c | zero 0.00 | 0.00 | 0.50 | 0.50 |" in lines
     assert "| c | calibrated 0.65 | 0.50 | 0.25 | 0.25 |" in lines
-    assert ("| c | 4 | 0.5500 | 0.5000 (a) | 0.4500 | 0.6000 | 0.5750 | 0.6500 | 0.60 / 0.65 / 0.75 | 1.50 |"
+    assert ("| c | 4 | 0.5500 | 0.5000 (a) | 0.4500 | 0.6000 | 0.5750 | - | 0.6500 | 0.60 / 0.65 / - / 0.75 | 1.50 |"
             in lines)
     header = next(line for line in lines if line.startswith("| held-out site | images"))
-    assert header.count("|") - 1 == 10 and lines[lines.index(header) + 1] == "|---" * 10 + "|"
+    assert header.count("|") - 1 == 11 and lines[lines.index(header) + 1] == "|---" * 11 + "|"
 
 
 def test_result_table_of_several_held_out_sites_shows_every_training_site():
