@@ -95,11 +95,28 @@ def to_config(values: Mapping[str, int | float | str | bool]) -> ConfigRecord:
     return ConfigRecord(dict(values))
 
 
-def with_route(content: RecordDict, site: str) -> RecordDict:
-    """``content`` addressed to ``site`` (a simulated node may serve several sites)."""
-    return RecordDict({**content, ROUTE: to_config({"site-name": site})})
+STATE_KEY = "state-key"  # in the route: which run's site state (SCAFFOLD's c_k, APFL, selector moments) to use
+
+
+def with_route(content: RecordDict, site: str, state_key: str = "") -> RecordDict:
+    """``content`` addressed to ``site`` (a simulated node may serve several sites).
+
+    ``state_key`` names the run whose per-site state the site keeps using: a
+    resumed run sends its original run's key, so sites continue their state.
+    """
+    route: dict[str, str] = {"site-name": site}
+    if state_key:
+        route[STATE_KEY] = state_key
+    return RecordDict({**content, ROUTE: to_config(route)})
 
 
 def decode_route(content: RecordDict) -> str | None:
     """The site a message is addressed to, or ``None`` when it names none."""
     return str(content[ROUTE]["site-name"]) if ROUTE in content else None
+
+
+def decode_state_key(content: RecordDict) -> str | None:
+    """The run key of the sites' state a message names, or ``None`` (then the site uses its run id)."""
+    if ROUTE not in content or STATE_KEY not in content[ROUTE]:
+        return None
+    return str(content[ROUTE][STATE_KEY])

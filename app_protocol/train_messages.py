@@ -35,6 +35,7 @@ class TrainRequest:
     server_round: int
     phase: str
     weights: dict[str, Weights]
+    state_key: str = ""  # the run key of the site's kept state (records.STATE_KEY in the route)
 
 
 def _config(content: RecordDict) -> ConfigRecord:
@@ -60,7 +61,8 @@ def decode_train(content: RecordDict) -> TrainRequest:
     weights = {key: records.from_record(content[key]) for key in keys if key in content}
     if records.PERSONALIZED in content:
         weights[records.PERSONALIZED] = content[records.PERSONALIZED]  # decoded with its model count
-    return TrainRequest(int(config["server-round"]), str(config.get("phase", "")), weights)
+    return TrainRequest(int(config["server-round"]), str(config.get("phase", "")), weights,
+                        records.decode_state_key(content) or "")
 
 
 def encode_model_reply(weights: Weights, metrics: Metrics, num_examples: int,

@@ -169,6 +169,11 @@ class SiteJob:
     device: torch.device
 
     @property
+    def state_key(self) -> str:
+        """Which run's per-site state this job reads and writes (the server's key, else the run id)."""
+        return self.request.state_key or str(self.context.run_id)
+
+    @property
     def method(self) -> Method:
         """The run's row of the table of methods."""
         return METHODS[self.config.strategy]
@@ -193,18 +198,18 @@ def train_fedsm(job: SiteJob) -> RecordDict:
     if job.method.extra_selector:  # its selector is trained only in the extra rounds
         settings = dataclasses.replace(settings, train_selector=False)
     # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
-    client_state = load_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE) or {}
+    client_state = load_site_state(job.state_key, job.site.name, records.PERSONAL_STATE) or {}
     payload = FedSMPayload(*(job.request.weights[key] for key in FEDSM_KEYS))
     local_moments = job.config.selector_moments == "local"
     if local_moments:  # this site's own moments from its previous round, never sent
-        stored = load_site_state(job.context.run_id, job.site.name, records.SELECTOR_MOMENTS_STATE)
+        stored = load_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE)
         payload = dataclasses.replace(payload, selector_optimizer=stored or {})
     update, metrics = train_fedsm_client(payload, job.site_index, job.site.train, job.spec, settings, job.device,
                                          client_state)
     if update.client_state:
-        save_site_state(job.context.run_id, job.site.name, records.PERSONAL_STATE, update.client_state)
+        save_site_state(job.state_key, job.site.name, records.PERSONAL_STATE, update.client_state)
     if local_moments:
-        save_site_state(job.context.run_id, job.site.name, records.SELECTOR_MOMENTS_STATE, update.selector_optimizer)
+        save_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE, update.selector_optimizer)
         update = dataclasses.replace(update, selector_optimizer={})
     return encode_fedsm_reply(update, metrics)
 
@@ -228,7 +233,7 @@ def train_single_model(job: SiteJob) -> RecordDict:
     server_control = job.request.weights.get(records.SERVER_CONTROL)
     client_control = None
     if server_control is not None:
-        stored = load_site_state(job.context.run_id, job.site.name, records.CLIENT_CONTROL_STATE)
+        stored = load_site_state(job.state_key, job.site.name, records.CLIENT_CONTROL_STATE)
         client_control = stored if stored is not None else {
             key: np.zeros_like(value) for key, value in server_control.items()
         }
@@ -242,7 +247,7 @@ def train_single_model(job: SiteJob) -> RecordDict:
     delta = None
     if update.client_control is not None and client_control is not None:
         delta = {key: update.client_control[key] - client_control[key] for key in client_control}
-        save_site_state(job.context.run_id, job.site.name, records.CLIENT_CONTROL_STATE, update.client_control)
+        save_site_state(job.state_key, job.site.name, records.CLIENT_CONTROL_STATE, update.client_control)
     return encode_model_reply(update.weights, metrics, update.num_examples, delta)
 
 

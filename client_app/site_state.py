@@ -5,7 +5,9 @@ several sites, and the simulation runs messages for one node in parallel
 workers, each with its own copy of that node's context; the copy written
 back last wins, so state kept there for one site could be lost when another
 site's message finished later. Each site's state therefore lives in its own
-file, written atomically: ``<root>/run-<run id>/<site>/<key>.npz``, where the
+file, written atomically: ``<root>/run-<run key>/<site>/<key>.npz``, where the
+run key is the one the server's messages name (the first run's, also after a
+resume, so the state continues) or else the run id, and the
 root is ``$FEDSM_SITE_STATE`` or ``<temp dir>/fedsm-site-state``. Only one
 message per site and round exists, so no two writers share a file. In
 deployment the file stays on the site's machine, as ``context.state`` did.
@@ -22,13 +24,13 @@ import numpy as np
 ROOT_VARIABLE = "FEDSM_SITE_STATE"
 
 
-def state_file(run_id: int, site: str, key: str) -> Path:
-    """Where ``key`` of ``site`` in run ``run_id`` is kept."""
+def state_file(run_id: int | str, site: str, key: str) -> Path:
+    """Where ``key`` of ``site`` in run ``run_id`` (a run id or a run key) is kept."""
     root = Path(os.environ.get(ROOT_VARIABLE) or Path(tempfile.gettempdir()) / "fedsm-site-state")
     return root / f"run-{run_id}" / site / f"{key}.npz"
 
 
-def load_site_state(run_id: int, site: str, key: str) -> dict[str, np.ndarray] | None:
+def load_site_state(run_id: int | str, site: str, key: str) -> dict[str, np.ndarray] | None:
     """The arrays saved under ``key`` for ``site``, or ``None`` before the first save."""
     path = state_file(run_id, site, key)
     if not path.is_file():
@@ -37,7 +39,7 @@ def load_site_state(run_id: int, site: str, key: str) -> dict[str, np.ndarray] |
         return {name: stored[name] for name in stored.files}
 
 
-def save_site_state(run_id: int, site: str, key: str, arrays: dict[str, np.ndarray]) -> Path:
+def save_site_state(run_id: int | str, site: str, key: str, arrays: dict[str, np.ndarray]) -> Path:
     """Save ``arrays`` under ``key`` for ``site`` (temporary file, then rename: never half written)."""
     path = state_file(run_id, site, key)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,8 @@ def main(grid: Grid, context: Context) -> None:
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
     spec = run_model_spec(config, len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.total_rounds)
-    strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter))
+    # The sites keep per-site state under this key; a resumed run takes its original run's key instead
+    strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter, state_key=folder.name))
     first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
     checkpoint = folder / CHECKPOINT_FILE
     clock = RoundClock(first_round, strategy.num_rounds)

@@ -37,23 +37,27 @@ class RoundPlan:
         Fewer valid replies in a round stop the run (resumable from the last checkpoint).
     amplitude : AmplitudeSchedule or None
         HarmoFL's amplitude schedule, for runs with amplitude normalization.
+    state_key : str
+        Names the run's per-site state at the sites (every message carries it);
+        a resumed run keeps its original key (:meth:`SiteStrategy.load_state_dict`).
     """
 
     num_rounds: int
     eval_every: int = 1
     min_replies: int = 1
     amplitude: AmplitudeSchedule | None = None
+    state_key: str = ""
 
     def __post_init__(self) -> None:
         if self.num_rounds < 1 or self.eval_every < 1 or self.min_replies < 1:
             raise ValueError(f"round plan: num_rounds, eval_every and min_replies must be >= 1, got {self}")
 
 
-def round_plan(config: RunConfig) -> RoundPlan:
-    """The plan of a run: its total rounds, evaluation schedule, min-replies and amplitude schedule."""
+def round_plan(config: RunConfig, state_key: str = "") -> RoundPlan:
+    """The plan of a run: its total rounds, evaluation schedule, min-replies, amplitude schedule and state key."""
     amplitude = (AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
                  if config.uses_amplitude_normalization else None)
-    return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude)
+    return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude, state_key)
 
 
 def routed_site(message: Message) -> str:
@@ -92,6 +96,7 @@ class SiteStrategy(Strategy):
         served = [node.node_id for node in nodes]
         self.site_of_node = {node.node_id: node.site_name for node in nodes if served.count(node.node_id) == 1}
         self.plan = plan
+        self.state_key = plan.state_key
         self.eval_every = plan.eval_every
         self.num_rounds = plan.num_rounds
         self.on_evaluate = on_evaluate
@@ -178,12 +183,14 @@ class SiteStrategy(Strategy):
 
     def state_dict(self) -> dict[str, object]:
         """Everything needed to continue after the current round (see :mod:`fedsm_core.checkpoint`)."""
-        return {"missed": [list(m) for m in self.missed], "latest-lists": self.latest_lists}
+        return {"missed": [list(m) for m in self.missed], "latest-lists": self.latest_lists, "state-key": self.state_key}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.missed = [(int(r), str(site), str(why)) for r, site, why in state["missed"]]
         self.latest_lists = state["latest-lists"]
+        # the sites keep their state under the original run's key (checkpoints before it had none)
+        self.state_key = str(state.get("state-key", self.state_key))
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -260,8 +267,8 @@ class SiteStrategy(Strategy):
 
     def messages(self, contents: dict[str, RecordDict], message_type: str) -> list[Message]:
         """One message per site (name -> content), to the site's node and naming the site."""
-        return [Message(records.with_route(content, site), message_type=message_type, dst_node_id=self.node_of_site[site])
-                for site, content in contents.items()]
+        return [Message(records.with_route(content, site, self.state_key), message_type=message_type,
+                        dst_node_id=self.node_of_site[site]) for site, content in contents.items()]
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

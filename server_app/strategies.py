@@ -37,11 +37,12 @@ class Setup:
     spec: ModelSpec
     nodes: Sequence[SiteNode]
     on_evaluate: EvaluationSink
+    state_key: str = ""
 
     @property
     def plan(self) -> RoundPlan:
         """The run's round plan (:func:`server_app.site_strategy.round_plan`)."""
-        return round_plan(self.config)
+        return round_plan(self.config, self.state_key)
 
     @property
     def method(self) -> Method:

@@ -312,3 +312,22 @@ def test_query_for_needed_models_names_the_own_model_and_every_routed_one():
 
     # Assert: its own model (dice-personal) and site 4's, where every image is routed
     assert decode_models_reply(reply.content, spec.num_sites) == sorted({SITE, 4})
+
+
+def test_a_message_naming_a_state_key_keeps_the_site_state_under_that_run_key():
+    # Prepare: a resumed run names its original run's key; the node's own run id is 1
+    spec = _spec()
+    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
+    content = records.with_route(RecordDict({
+        records.GLOBAL: records.to_record(segmentation), records.PERSONAL: records.to_record(segmentation),
+        records.SELECTOR: records.to_record(selector), records.SELECTOR_OPTIMIZER: records.to_record({}),
+        records.CONFIG: records.to_config({"server-round": 1})}),
+        dataset_info("synthetic-fundus").site_names[SITE], state_key="first-run")
+
+    # Execute
+    client.train(Message(content, message_type=MessageType.TRAIN, dst_node_id=7), _context())
+
+    # Assert
+    site_name = dataset_info("synthetic-fundus").site_names[SITE]
+    assert load_site_state("first-run", site_name, records.SELECTOR_MOMENTS_STATE) is not None
+    assert load_site_state(1, site_name, records.SELECTOR_MOMENTS_STATE) is None

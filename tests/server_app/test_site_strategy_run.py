@@ -205,3 +205,20 @@ def test_exchange_labels_rows_with_the_given_stage():
     assert len(replies) == 3
     assert {(r["round"], r["stage"]) for r in strategy.traffic.rows} == {(3, "test")}
     assert [t["part"] for t in strategy.traffic.timings] == ["test"]
+
+
+def test_every_message_names_the_runs_state_key_and_a_resumed_run_keeps_the_original():
+    # Prepare
+    events: list[tuple] = []
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(3, 1, state_key="first-run"), EvaluationLog())
+    saved = strategy.state_dict()
+    resumed = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(3, 1, state_key="second-run"), EvaluationLog())
+
+    # Execute
+    resumed.load_state_dict(saved)
+
+    # Assert
+    for built in (strategy, resumed):
+        messages = list(built.configure_train(1, None, None, FakeGrid(events)))
+        assert {records.decode_state_key(m.content) for m in messages} == {"first-run"}
+    assert records.decode_state_key(strategy.evaluation_messages("val")[0].content) == "first-run"
