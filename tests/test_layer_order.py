@@ -9,7 +9,7 @@ The layer order is written here once. Lowest first:
 * algorithms (FedSM, baselines, personalization, kNN-Per);
 * what runs models on data: evaluation, reporting, bundles and checkpoints;
 * analysis (held-out sites, calibration, model scores, pooled training);
-* entry points of the core (predict, preflight, the ``fedsm`` command);
+* entry points of the core (predict, preflight, the run report, the ``fedsm`` command);
 * the message protocol of the two apps, then the apps, then experiments.
 
 A module that matches no layer fails the test, so a new module is placed on purpose.
@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fedsm_core.evaluation", "fedsm_core.reporting", "fedsm_core.simulation_resources", "fedsm_core.model_files",
      "fedsm_core.bundle", "fedsm_core.checkpoint", "fedsm_core.letterbox"),
     ("fedsm_core.analysis",),
-    ("fedsm_core.predict", "fedsm_core.predict_output", "fedsm_core.preflight", "fedsm_core.run_report",
+    ("fedsm_core.predict", "fedsm_core.predict_output", "fedsm_core.preflight",
      "fedsm_core.report", "fedsm_core.cli"),
     ("app_protocol",),
     ("server_app", "client_app"),
