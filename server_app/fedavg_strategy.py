@@ -21,7 +21,8 @@ from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.baselines.scaffold import update_server_control
 from server_app.discovery import SiteNode
-from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.round_plan import RoundPlan
 
 
 class FedAvgStrategy(SiteStrategy):

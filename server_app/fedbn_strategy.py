@@ -16,7 +16,8 @@ from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.baselines.fedbn import fedbn_aggregate, merge_local
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy
-from server_app.site_strategy import EvaluationSink, RoundPlan
+from server_app.site_strategy import EvaluationSink
+from server_app.round_plan import RoundPlan
 
 
 class FedBNStrategy(FedAvgStrategy):

@@ -22,7 +22,8 @@ from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from server_app.discovery import SiteNode
 from server_app.fedsm_strategy import FedSMStrategy
-from server_app.site_strategy import EvaluationSink, RoundPlan
+from server_app.site_strategy import EvaluationSink
+from server_app.round_plan import RoundPlan
 
 
 class FedSMExtraStrategy(FedSMStrategy):

@@ -25,7 +25,8 @@ from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, describe_gamma, pool_s
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics
 from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
 from server_app.discovery import SiteNode
-from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.round_plan import RoundPlan
 
 
 class FedSMStrategy(SiteStrategy):

@@ -23,7 +23,8 @@ from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
 from server_app.fedbn_strategy import FedBNStrategy
 from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
-from server_app.site_strategy import EvaluationSink, RoundPlan, SiteStrategy, round_plan
+from server_app.site_strategy import EvaluationSink, SiteStrategy
+from server_app.round_plan import RoundPlan, round_plan
 
 SITE_MODELS_FOLDER = MODEL_FILES["site-models"]
 

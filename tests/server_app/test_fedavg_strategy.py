@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MessageType
 from app_protocol import records
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.checkpoint import load_checkpoint, save_checkpoint
-from server_app.site_strategy import RoundPlan
+from server_app.round_plan import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
 
 

@@ -8,7 +8,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MessageType
 
 from app_protocol import records
 from fedsm_core.algorithms.baselines.harmofl import AMPLITUDE, BATCHES, FROZEN, AmplitudeSchedule
-from server_app.site_strategy import RoundPlan
+from server_app.round_plan import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy
 from server_app.fedbn_strategy import FedBNStrategy
 

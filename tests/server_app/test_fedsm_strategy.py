@@ -12,7 +12,7 @@ from app_protocol.evaluate_messages import encode_models_reply
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.checkpoint import load_checkpoint, save_checkpoint
-from server_app.site_strategy import RoundPlan
+from server_app.round_plan import RoundPlan
 from server_app.fedsm_extra_strategy import FedSMExtraStrategy
 from server_app.fedsm_strategy import FedSMStrategy
 

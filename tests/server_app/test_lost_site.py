@@ -8,7 +8,7 @@ from _server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metri
 from flwr.app import Error, Message, MessageType
 
 from app_protocol import records
-from server_app.site_strategy import RoundPlan
+from server_app.round_plan import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy
 
 SUPERLINK_NODE_ID = 1  # the node id Flower's SuperLink puts on the error replies it writes itself

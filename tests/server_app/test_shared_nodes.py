@@ -9,7 +9,7 @@ from _server_fakes import PIXELS, EvaluationLog, eval_metrics, reply, train_metr
 from flwr.app import MessageType
 
 from app_protocol import records
-from server_app.site_strategy import RoundPlan
+from server_app.round_plan import RoundPlan
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy
 
