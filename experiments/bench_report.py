@@ -57,13 +57,15 @@ def wire_section(sizes: Mapping[str, int], traffic: Mapping[str, Mapping[str, fl
         ("measured: training, round 1 (no Adam moments yet)", _measured(traffic, "train/sent/round-1"),
          _measured(traffic, "train/received/round-1")),
         ("measured: training, rounds 2+", _later_rounds(traffic, "train/sent"), _later_rounds(traffic, "train/received")),
-        ("this app: 2 U-Nets + selector + selector's Adam moments", expected["app"], expected["app"]),
+        ("selector-moments = averaged: 2 U-Nets + selector + its Adam moments", expected["app"], expected["app"]),
         ("paper: 2 U-Nets (global, own personalized) + selector", expected["paper"], expected["paper"]),
         (f"sending all K = {k} personalized models (+ global, selector, moments)", expected["all-personalized"],
          expected["app"]),
         ("measured: evaluation (validation), per evaluated round", _measured(traffic, "evaluate/sent"),
          _measured(traffic, "evaluate/received")),
         ("measured: final test evaluation", _measured(traffic, "test/sent"), _measured(traffic, "test/received")),
+        ("measured: needed-models query, per evaluation", _measured(traffic, "needed-models/sent"),
+         _measured(traffic, "needed-models/received")),
         (f"super model (global + {k} personalized + selector)", expected["super-model"], 0.0),
     ]
     train_round = (_measured(traffic, "train/sent") + _measured(traffic, "train/received")) * k
@@ -75,8 +77,9 @@ def wire_section(sizes: Mapping[str, int], traffic: Mapping[str, Mapping[str, fl
     lines += [f"| {name} | {_mb(down)} | {_mb(up)} | {down / expected['paper']:.2f}x |" for name, down, up in rows]
     lines += ["", (f"All {k} sites together: training {_mb(train_round)} MB per round; a validation round adds "
                    f"{_mb(evaluate_round)} MB ({evaluate_round / train_round:.2f}x the training traffic; validation "
-                   f"every {eval_every} round(s)). Evaluation messages carry the whole super model to every site, "
-                   "which is what Algorithm 2 needs. Config and metric records add "
+                   f"every {eval_every} round(s)). An evaluation sends each site the global model, the selector and "
+                   "only the personalized models its images can be routed to, which the site names first in a "
+                   "needed-models query (its own row). Config and metric records add "
                    f"{_config_bytes(traffic):.0f} bytes or less per message.")]
     return lines
 
