@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from app_protocol import records
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
@@ -36,6 +36,7 @@ class TrainRequest:
     phase: str
     weights: dict[str, Weights]
     state_key: str = ""  # the run key of the site's kept state (records.STATE_KEY in the route)
+    personalized: ArrayRecord | None = None  # FedSM-extra's extra rounds: every site's model, see decode_personalized
 
 
 def _config(content: RecordDict) -> ConfigRecord:
@@ -59,10 +60,8 @@ def decode_train(content: RecordDict) -> TrainRequest:
     config = _config(content)
     keys = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER, records.SERVER_CONTROL)
     weights = {key: records.from_record(content[key]) for key in keys if key in content}
-    if records.PERSONALIZED in content:
-        weights[records.PERSONALIZED] = content[records.PERSONALIZED]  # decoded with its model count
     return TrainRequest(int(config["server-round"]), str(config.get("phase", "")), weights,
-                        records.decode_state_key(content) or "")
+                        records.decode_state_key(content) or "", content.get(records.PERSONALIZED))
 
 
 def encode_model_reply(weights: Weights, metrics: Metrics, num_examples: int,
@@ -132,11 +131,11 @@ def encode_extra_selector_train(global_weights: Weights, personalized: Sequence[
     })
 
 
-def decode_personalized(request: TrainRequest | RecordDict, count: int) -> list[Weights]:
-    """The ``count`` personalized models of an extra-round or super-model message, in site order."""
-    record = request.weights[records.PERSONALIZED] if isinstance(request, TrainRequest) \
-        else request[records.PERSONALIZED]
-    return records.models_from_record(record, count)
+def decode_personalized(request: TrainRequest, count: int) -> list[Weights]:
+    """The ``count`` personalized models of an extra-round message, in site order."""
+    if request.personalized is None:
+        raise ValueError("this training message carries no personalized models (not a FedSM-extra selector round)")
+    return records.models_from_record(request.personalized, count)
 
 
 def encode_selector_reply(weights: Weights, moments: Weights, metrics: Metrics, num_examples: int) -> RecordDict:
