@@ -14,6 +14,15 @@ The sweep is sequential, so each choice builds on the previous one:
 3. ``lr`` for Scaffold on its own, since the control-variate correction
    changes the useful step size.
 4. ``softpull-lambda`` for FedSM (and FedSM-extra) at the chosen ``lr``.
+5. ``amplitude-window`` for HarmoFL (0 normalizes every frequency; ``w``
+   only those below ``w``). kNN-Per's mixing weight is already chosen on each
+   site's validation split inside every run.
+
+``--methods`` keeps only the steps whose choice some listed method uses (a
+study of FedAvg, FedSM and HarmoFL skips the FedProx and Scaffold sweeps).
+The sweep resumes: ``sweep.csv`` is written after every candidate, and a later
+call with the same settings reads the candidates it holds instead of rerunning
+them; different settings are refused, naming ``tune.json``.
 
 Each candidate is one ``flwr run`` of ``--rounds`` rounds on one seed, scored
 by the pooled validation Dice of the model the method deploys after the last
@@ -43,14 +52,18 @@ DEFAULT_GRID = {
     "proximal-mu": [0.001, 0.01, 0.1],
     "scaffold-lr": [0.0005, 0.001, 0.002],
     "softpull-lambda": [0.5, 0.7, 0.9],
+    "amplitude-window": [0, 2, 8],
 }
+INTEGER_KEYS = frozenset({"amplitude-window"})
 # (method swept, run-config key, grid name, methods that inherit the choice)
 STEPS = (
     ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedsm", "fedsm-extra")),
     ("fedprox", "proximal-mu", "proximal-mu", ("fedprox",)),
     ("scaffold", "lr", "scaffold-lr", ("scaffold",)),
     ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra")),
+    ("harmofl", "amplitude-window", "amplitude-window", ("harmofl",)),
 )
+SETTINGS_FILE = "tune.json"
 
 
 def parse_grid(items: list[str]) -> dict[str, list[float]]:
@@ -61,7 +74,7 @@ def parse_grid(items: list[str]) -> dict[str, list[float]]:
         if not sep or name not in grid:
             raise ValueError(f"--grid item '{item}': expected one of {sorted(grid)} as name=v1,v2,...")
         try:
-            grid[name] = [float(v) for v in raw.split(",") if v]
+            grid[name] = [(int if name in INTEGER_KEYS else float)(v) for v in raw.split(",") if v]
         except ValueError as error:
             raise ValueError(f"--grid item '{item}': values must be numbers ({error})") from None
         if not grid[name]:
@@ -81,19 +94,57 @@ def choose(scores: dict[float, float]) -> float:
     return min(scores, key=lambda value: (-scores[value], value))
 
 
-def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out: Path) -> tuple[dict, list[dict]]:
-    """Run the steps of :data:`STEPS`; return chosen overrides per method and every trial."""
+def select_steps(methods: list[str] | None) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
+    """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``)."""
+    if methods is None:
+        return STEPS
+    known = sorted({m for step in STEPS for m in (step[0], *step[3])} | {"fedbn", "knn-per"})
+    unknown = sorted(set(methods) - set(known))
+    if unknown:
+        raise ValueError(f"--methods: unknown {unknown}; expected names from {known}")
+    return tuple(step for step in STEPS if set(step[3]) & set(methods))
+
+
+def load_trials(out: Path, settings: dict[str, object]) -> list[dict]:
+    """Candidates an earlier call with the same ``settings`` finished (``[]`` for a new folder)."""
+    marker = out / SETTINGS_FILE
+    text = json.dumps(settings, indent=2, sort_keys=True, default=str) + "\n"
+    if not marker.is_file():
+        marker.write_text(text)
+        return []
+    if marker.read_text() != text:
+        raise ValueError(f"{marker}: this folder holds a sweep with other settings ({marker.read_text().strip()}); "
+                         f"use another --out, or delete the folder to start over")
+    if not (out / "sweep.csv").is_file():
+        return []
+    with (out / "sweep.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [{"method": r["method"], "key": r["key"], "value": _number(r["key"], r["value"]),
+             "val-dice": float(r["val-dice"]), "seconds": float(r["seconds"])} for r in rows]
+
+
+def _number(key: str, text: str) -> float | int:
+    return int(float(text)) if key in INTEGER_KEYS else float(text)
+
+
+def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out: Path,
+          steps=STEPS, done: list[dict] | None = None) -> tuple[dict, list[dict]]:
+    """Run ``steps`` in order; return chosen overrides per method and every trial.
+
+    A candidate found in ``done`` (same method, key and value) is read, not rerun;
+    ``sweep.csv`` is rewritten after every new candidate.
+    """
     chosen: dict[str, dict[str, object]] = {}
     trials: list[dict] = []
-    for method, key, grid_name, heirs in STEPS:
+    finished = {(t["method"], t["key"], t["value"]): t for t in done or []}
+    for method, key, grid_name, heirs in steps:
         settings = {**base, **chosen.get(method, {})}
         scores: dict[float, float] = {}
         for value in over_runs(grid[grid_name], f"tune {method} {key}"):
-            started = time.monotonic()
-            _, curve = run_federated(method, seed, {**settings, key: value}, out / f"{method}-{key}-{value}")
-            scores[value] = validation_score(curve)
-            trials.append({"method": method, "key": key, "value": value, "val-dice": scores[value],
-                           "seconds": round(time.monotonic() - started, 1)})
+            trial = finished.get((method, key, value)) or _run_trial(method, key, value, settings, seed, out)
+            trials.append(trial)
+            write_trials(out, trials)
+            scores[value] = trial["val-dice"]
             print(f"[tune] {method} {key}={value}: pooled val Dice {scores[value]:.4f}", flush=True)
         best = choose(scores)
         for heir in heirs:
@@ -102,13 +153,25 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
     return chosen, trials
 
 
-def write_outputs(out: Path, chosen: dict, trials: list[dict], header: str) -> None:
-    """``chosen.json``, ``sweep.csv`` and a Markdown summary."""
-    (out / "chosen.json").write_text(json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+def _run_trial(method: str, key: str, value: float, settings: dict[str, object], seed: int, out: Path) -> dict:
+    started = time.monotonic()
+    _, curve = run_federated(method, seed, {**settings, key: value}, out / f"{method}-{key}-{value}")
+    return {"method": method, "key": key, "value": value, "val-dice": validation_score(curve),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def write_trials(out: Path, trials: list[dict]) -> None:
+    """``sweep.csv``: every candidate so far and its score."""
     with (out / "sweep.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["method", "key", "value", "val-dice", "seconds"])
         writer.writeheader()
         writer.writerows(trials)
+
+
+def write_outputs(out: Path, chosen: dict, trials: list[dict], header: str) -> None:
+    """``chosen.json``, ``sweep.csv`` and a Markdown summary."""
+    (out / "chosen.json").write_text(json.dumps(chosen, indent=2, sort_keys=True) + "\n")
+    write_trials(out, trials)
     lines = [header, "", "| method | key | value | pooled val Dice | chosen |", "|---|---|---|---|---|"]
     for t in trials:
         mark = "yes" if chosen.get(t["method"], {}).get(t["key"]) == t["value"] else ""
@@ -124,14 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10, help="rounds per candidate run")
     parser.add_argument("--run-config", default="", help="overrides for every run, e.g. \"image-size=64\"")
     parser.add_argument("--grid", nargs="*", default=[], help="e.g. lr=0.001,0.002 softpull-lambda=0.5,0.9")
+    parser.add_argument("--methods", nargs="*", default=None,
+                        help="sweep only what these methods use, e.g. fedavg fedsm harmofl (default: every step)")
     args = parser.parse_args(argv)
     grid = parse_grid(args.grid)
+    steps = select_steps(args.methods)
     base = {**parse_overrides(args.run_config), "num-server-rounds": args.rounds}
     base.setdefault("eval-every", args.rounds)  # only the last round's validation score is used
     RunConfig.from_mapping(base)  # fail before any training on a bad key or value
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    chosen, trials = sweep(base, grid, args.seed, args.out)
+    done = load_trials(args.out, {"run-config": base, "seed": args.seed,
+                                  "grid": {step[2]: grid[step[2]] for step in steps}})
+    chosen, trials = sweep(base, grid, args.seed, args.out, steps, done)
     header = (f"Validation sweep, seed {args.seed}, {args.rounds} rounds per run, settings `{args.run_config}`; "
               f"wall time {time.monotonic() - started:.0f} s")
     write_outputs(args.out, chosen, trials, header)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from experiments.compare import describe_chosen, load_chosen
-from experiments.tune import DEFAULT_GRID, STEPS, choose, parse_grid, validation_score, write_outputs
+from experiments.tune import (DEFAULT_GRID, STEPS, choose, load_trials, parse_grid, select_steps, sweep,
+                              validation_score, write_outputs)
 
 
 def test_choose_takes_the_best_score_and_breaks_ties_toward_the_smaller_value():
@@ -29,6 +30,38 @@ def test_grid_items_replace_defaults_and_bad_items_name_the_fix():
         parse_grid(["momentum=0.9"])
     with pytest.raises(ValueError, match="must be numbers"):
         parse_grid(["lr=fast"])
+    assert parse_grid(["amplitude-window=0,3"])["amplitude-window"] == [0, 3]
+    with pytest.raises(ValueError, match="must be numbers"):
+        parse_grid(["amplitude-window=1.5"])
+
+
+def test_methods_keep_only_the_steps_whose_choice_they_use():
+    steps = select_steps(["fedavg", "fedbn", "harmofl", "fedsm"])
+    assert [(m, k) for m, k, _, _ in steps] == [("fedavg", "lr"), ("fedsm", "softpull-lambda"),
+                                                ("harmofl", "amplitude-window")]
+    assert select_steps(None) == STEPS
+    with pytest.raises(ValueError, match="unknown \\['fedsgd'\\]"):
+        select_steps(["fedsgd"])
+
+
+def test_a_second_call_reads_finished_candidates_and_refuses_other_settings(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(method, seed, overrides, out):
+        calls.append((method, overrides["lr"]))
+        return [], [(5, overrides["lr"] * 100)]
+
+    monkeypatch.setattr("experiments.tune.run_federated", fake_run)
+    settings = {"run-config": {"num-server-rounds": 5}, "seed": 0, "grid": {"lr": [0.001, 0.002]}}
+    assert load_trials(tmp_path, settings) == []
+    steps = select_steps(["fedavg"])
+    chosen, trials = sweep({"num-server-rounds": 5}, {"lr": [0.001, 0.002]}, 0, tmp_path, steps, [])
+    assert chosen["fedavg"] == {"lr": 0.002} and len(calls) == 2
+    again, _ = sweep({"num-server-rounds": 5}, {"lr": [0.001, 0.002]}, 0, tmp_path, steps,
+                     load_trials(tmp_path, settings))
+    assert again == chosen and len(calls) == 2  # both candidates read from sweep.csv, none rerun
+    with pytest.raises(ValueError, match="tune.json: this folder holds a sweep with other settings"):
+        load_trials(tmp_path, {**settings, "seed": 1})
 
 
 def test_every_step_sweeps_a_real_run_config_key_and_fedavgs_lr_reaches_the_pooled_methods():
