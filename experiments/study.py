@@ -8,7 +8,12 @@ Run the same command again to continue: finished runs are read, not rerun
 (:mod:`experiments.study_runs` keys each run by dataset, method, seed and a
 hash of its settings), and a run that was interrupted continues from the
 newest checkpoint of its run folders (``resume-from``). A study can so span
-several sittings and machines: copy ``--out`` (with its ``runs/``) along.
+several sittings and machines: a run whose rows ``--out/results.csv`` already
+holds (matched by its hash) counts as finished without its run folder, so a
+clone with the committed CSV continues where the last sitting stopped; copy
+``--out/runs/`` along to also continue the interrupted run from its checkpoint.
+``--datasets`` runs only some of the plan's datasets (the others' finished
+runs stay in the table).
 
 Federated methods run with :func:`experiments.compare.launch_run` (one
 ``flwr run`` through ``scripts/run-simulation.sh`` per chunk of rounds) and
@@ -35,7 +40,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from experiments.compare import ROOT, launch_run, run_pooled
@@ -67,17 +72,27 @@ def plan_jobs(plan: StudyPlan) -> list[Job]:
     return jobs
 
 
-def finished_rows(key: RunKey, runs: Path) -> list[dict[str, str]] | None:
-    """The rows of a finished run, ``None`` when it has not finished."""
+def finished_rows(key: RunKey, runs: Path, recorded: Sequence[Mapping[str, str]] = ()) -> list[dict[str, str]] | None:
+    """The rows of a finished run: from its folder, else from ``recorded`` (a study's ``results.csv``); ``None``
+    when it has not finished."""
     path = key.folder(runs) / ROWS_FILE
-    return read_rows(path) if path.is_file() else None
+    if path.is_file():
+        return read_rows(path)
+    mine = [dict(r) for r in recorded if r["run"] == key.digest and r["method"] == key.method
+            and r["dataset"] == key.dataset_label and int(r["seed"]) == key.seed]
+    return mine if any(r["kind"] == "test" for r in mine) else None
 
 
-def source_rounds(source: RunKey | None, runs: Path) -> int | None:
+def recorded_rows(out: Path) -> list[dict[str, str]]:
+    """The rows of ``out/results.csv`` (``[]`` before the first run finished)."""
+    return read_rows(out / "results.csv") if (out / "results.csv").is_file() else []
+
+
+def source_rounds(source: RunKey | None, runs: Path, recorded: Sequence[Mapping[str, str]] = ()) -> int | None:
     """Rounds the run ``source`` trained (its test rows' round); ``None`` without a source."""
     if source is None:
         return None
-    tests = [row for row in finished_rows(source, runs) or [] if row["kind"] == "test"]
+    tests = [row for row in finished_rows(source, runs, recorded) or [] if row["kind"] == "test"]
     if not tests:
         raise RuntimeError(f"{source} has not finished; it runs before the methods that take its rounds")
     return int(tests[0]["round"])
@@ -107,10 +122,11 @@ def check_images(key: RunKey, images: list[tuple[str, str, bool, float]], rows: 
         print(f"[study] warning: {key}: per-image test Dice does not reproduce the reported Dice {gaps}", flush=True)
 
 
-def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch) -> list[dict[str, object]]:
+def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch,
+            recorded: Sequence[Mapping[str, str]] = ()) -> list[dict[str, object]]:
     """Train one run to its end (or continue it) and write its rows; returns them."""
     key, settings, source = job
-    fixed = source_rounds(source, runs)
+    fixed = source_rounds(source, runs, recorded)
     if key.method == "centralized":
         rows = run_centralized(key, settings, fixed or plan.stopping.max_rounds)
     else:
@@ -131,12 +147,22 @@ def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch) -> list[dict[
 
 def write_outputs(out: Path, jobs: list[Job], runs: Path) -> int:
     """``results.csv``, ``table.md`` and ``curves.png`` of the runs finished so far; returns their number."""
-    found = [finished_rows(key, runs) for key, _, _ in jobs]
+    recorded = recorded_rows(out)
+    found = [finished_rows(key, runs, recorded) for key, _, _ in jobs]
     rows = [row for part in found if part for row in part]
     write_rows(out / "results.csv", rows)
     (out / "table.md").write_text(study_table(read_rows(out / "results.csv")))
     plot_study_curves(out / "curves.png", read_rows(out / "results.csv"))
     return sum(1 for part in found if part)
+
+
+def select_datasets(jobs: list[Job], names: list[str] | None) -> set[str]:
+    """The short dataset names to run: ``names``, checked against the plan, or every one."""
+    labels = {key.dataset_label for key, _, _ in jobs}
+    unknown = sorted(set(names or ()) - labels)
+    if unknown:
+        raise ValueError(f"--datasets: {unknown} are not in the plan; expected some of {sorted(labels)}")
+    return set(names) if names else labels
 
 
 def _version(name: str) -> str:
@@ -171,17 +197,21 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     parser.add_argument("--plan", type=Path, required=True, help="the study plan (experiments/plans/*.toml)")
     parser.add_argument("--out", type=Path, required=True, help="results folder; run folders go to its runs/")
     parser.add_argument("--only-finished", action="store_true", help="tabulate the finished runs, start none")
+    parser.add_argument("--datasets", nargs="*", default=None,
+                        help="run only these of the plan's datasets (short names, e.g. drishti-six-site)")
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)  # every setting is checked here, before anything trains
     runs = args.out / "runs"
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan_jobs(plan)
-    pending = [job for job in jobs if finished_rows(job[0], runs) is None]
+    wanted = select_datasets(jobs, args.datasets)
+    recorded = recorded_rows(args.out)
+    pending = [job for job in jobs if finished_rows(job[0], runs, recorded) is None and job[0].dataset_label in wanted]
     done = len(jobs) - len(pending)
     write_commands(args.out, args.plan, done, len(jobs))
     for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(jobs), done)):
         print(f"[study] {job[0]}: run {done + index + 1} of {len(jobs)}, {len(pending) - index} left", flush=True)
-        run_job(job, plan, runs, launch)
+        run_job(job, plan, runs, launch, recorded)
         write_outputs(args.out, jobs, runs)
     finished = write_outputs(args.out, jobs, runs)
     print(f"[study] {finished} of {len(jobs)} runs finished; results in {args.out}", flush=True)

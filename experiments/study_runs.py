@@ -11,6 +11,10 @@ takes its round count from another, that run's key). Its files live in
 * ``chunks.jsonl``: wall seconds of every chunk this study started, and of scoring the test images;
 * ``study-rows.csv``, written last: the run's rows of the long CSV. Its
   presence means "finished": a later sitting reads it and runs nothing.
+
+Every row carries its run's hash (column ``run``), so the study's own
+``results.csv``, committed to git, also says which runs finished: a clone on
+another machine, without the run folders, skips them as well.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from fedsm_core.methods import METHODS
 
 ROWS_FILE = "study-rows.csv"
 CHUNKS_FILE = "chunks.jsonl"
-ROW_COLUMNS = ("dataset", "method", "seed", "kind", "round", "site", "image", "value")
+ROW_COLUMNS = ("dataset", "method", "seed", "run", "kind", "round", "site", "image", "value")
 # kind: "test" (reported Dice per site and pooled), "image" (Dice of a test image with foreground),
 # "val" (pooled validation Dice per evaluated round), "seconds" (wall time of the whole run)
 Launch = Callable[[dict[str, object], Path, str], Path]
@@ -196,7 +200,7 @@ def result_rows(key: RunKey, rounds: int, tests: Sequence[tuple[str, float]],
                 images: Sequence[tuple[str, str, bool, float]], curve: Sequence[tuple[int, float]],
                 seconds: float) -> list[dict[str, object]]:
     """Rows of :data:`ROW_COLUMNS` for one run; images without foreground are left out (as in every Dice mean)."""
-    base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed}
+    base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed, "run": key.digest}
     rows = [{**base, "kind": "test", "round": rounds, "site": site, "image": "", "value": value}
             for site, value in tests]
     rows += [{**base, "kind": "image", "round": rounds, "site": site, "image": image, "value": dice}

@@ -160,3 +160,38 @@ def test_resume_point_takes_the_furthest_checkpoint_a_resume_accepts():
     extra = [Chunk(Path("x"), 9, 12, False), Chunk(Path("y"), 6, 6, True)]
     assert resume_point(extra, 12, 10) == Path("x") / CHECKPOINT_FILE
     assert resume_point(extra, 14, 10) is None
+
+
+def test_a_clone_with_only_the_committed_csv_skips_the_runs_it_holds(tmp_path, monkeypatch):
+    # Prepare: a finished study, then its run folders removed (a clone holds results.csv, not runs/)
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(PLAN.replace('"fedsm", "fedsm-extra"', '"fedsm"').replace('fedsm-extra = { rounds-from = "fedsm" }', ''))
+    monkeypatch.setattr(study, "run_pooled", fake_pooled([]))
+    args = ["--plan", str(plan), "--out", str(out)]
+    study.main(args, launch=FakeFlower())
+    committed = (out / "results.csv").read_bytes()
+    import shutil
+    shutil.rmtree(out / "runs")
+    rows = read_rows(out / "results.csv")
+    (out / "results.csv").write_text("".join(  # FedSM's rows lost: that run has to run again
+        line for line in committed.decode().splitlines(keepends=True) if ",fedsm," not in line))
+
+    # Execute
+    again = FakeFlower()
+    study.main(args, launch=again)
+
+    # Assert: FedAvg and centralized are read from the CSV (by their hash); only FedSM trains again
+    assert {c["strategy"] for c in again.calls} == {"fedsm"}
+    assert {r["run"] for r in rows if r["method"] == "fedavg"} == {study.plan_jobs(study.load_plan(plan))[0][0].digest}
+    assert (out / "results.csv").read_bytes() == committed
+
+
+def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp_path, monkeypatch):
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(PLAN.replace('["synthetic-fundus"]', '["synthetic-fundus", "synthetic-fundus-style"]')
+                    .replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg"').split("[methods]")[0])
+    launch = FakeFlower()
+    study.main(["--plan", str(plan), "--out", str(out), "--datasets", "synthetic-fundus-style"], launch=launch)
+    assert [c["dataset"] for c in launch.calls] == ["synthetic-fundus-style"] * 4  # 6, 8, 10, 12 rounds
+    with pytest.raises(ValueError, match="--datasets: \\['drishti'\\] are not in the plan"):
+        study.main(["--plan", str(plan), "--out", str(out), "--datasets", "drishti"], launch=launch)
