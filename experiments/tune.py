@@ -8,8 +8,8 @@ Usage::
 The sweep is sequential, so each choice builds on the previous one:
 
 1. ``lr`` for the single-model methods, swept with FedAvg; the choice is used
-   by every method (Centralized, Local, FedProx, FedSM and FedSM-extra train
-   with the same optimizer and the same step size).
+   by every method but Scaffold (Centralized, Local, FedProx, FedBN, HarmoFL,
+   kNN-Per, FedSM and FedSM-extra train with the same optimizer and step size).
 2. ``proximal-mu`` for FedProx at the chosen ``lr``.
 3. ``lr`` for Scaffold on its own, since the control-variate correction
    changes the useful step size.
@@ -57,7 +57,8 @@ DEFAULT_GRID = {
 INTEGER_KEYS = frozenset({"amplitude-window"})
 # (method swept, run-config key, grid name, methods that inherit the choice)
 STEPS = (
-    ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedsm", "fedsm-extra")),
+    ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedbn", "harmofl", "knn-per", "fedsm",
+                            "fedsm-extra")),
     ("fedprox", "proximal-mu", "proximal-mu", ("fedprox",)),
     ("scaffold", "lr", "scaffold-lr", ("scaffold",)),
     ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra")),
@@ -98,7 +99,7 @@ def select_steps(methods: list[str] | None) -> tuple[tuple[str, str, str, tuple[
     """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``)."""
     if methods is None:
         return STEPS
-    known = sorted({m for step in STEPS for m in (step[0], *step[3])} | {"fedbn", "knn-per"})
+    known = sorted({m for step in STEPS for m in (step[0], *step[3])})
     unknown = sorted(set(methods) - set(known))
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; expected names from {known}")
@@ -120,7 +121,8 @@ def load_trials(out: Path, settings: dict[str, object]) -> list[dict]:
     with (out / "sweep.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [{"method": r["method"], "key": r["key"], "value": _number(r["key"], r["value"]),
-             "val-dice": float(r["val-dice"]), "seconds": float(r["seconds"])} for r in rows]
+             "val-dice": float(r["val-dice"]), "seconds": float(r["seconds"]), "config": r.get("config") or ""}
+            for r in rows]
 
 
 def _number(key: str, text: str) -> float | int:
@@ -131,17 +133,19 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
           steps=STEPS, done: list[dict] | None = None) -> tuple[dict, list[dict]]:
     """Run ``steps`` in order; return chosen overrides per method and every trial.
 
-    A candidate found in ``done`` (same method, key and value) is read, not rerun;
-    ``sweep.csv`` is rewritten after every new candidate.
+    A candidate found in ``done`` (same method and the same complete run config)
+    is read, not rerun; ``sweep.csv`` is rewritten after every new candidate.
     """
     chosen: dict[str, dict[str, object]] = {}
     trials: list[dict] = []
-    finished = {(t["method"], t["key"], t["value"]): t for t in done or []}
+    finished = {(t["method"], t["config"]): t for t in done or []}
     for method, key, grid_name, heirs in steps:
         settings = {**base, **chosen.get(method, {})}
         scores: dict[float, float] = {}
         for value in over_runs(grid[grid_name], f"tune {method} {key}"):
-            trial = finished.get((method, key, value)) or _run_trial(method, key, value, settings, seed, out)
+            config = trial_config(settings, key, value)
+            trial = finished.get((method, config)) or \
+                {**_run_trial(method, key, value, settings, seed, out), "config": config}
             trials.append(trial)
             write_trials(out, trials)
             scores[value] = trial["val-dice"]
@@ -151,6 +155,11 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
             chosen.setdefault(heir, {})[key] = best
         print(f"[tune] {method}: chose {key}={best}", flush=True)
     return chosen, trials
+
+
+def trial_config(settings: dict[str, object], key: str, value: float) -> str:
+    """A candidate's identity: its complete run config, every default filled in (JSON)."""
+    return json.dumps(RunConfig.from_mapping({**settings, key: value}).to_mapping(), sort_keys=True, default=str)
 
 
 def _run_trial(method: str, key: str, value: float, settings: dict[str, object], seed: int, out: Path) -> dict:
@@ -163,7 +172,9 @@ def _run_trial(method: str, key: str, value: float, settings: dict[str, object],
 def write_trials(out: Path, trials: list[dict]) -> None:
     """``sweep.csv``: every candidate so far and its score."""
     with (out / "sweep.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["method", "key", "value", "val-dice", "seconds"])
+        # config: the candidate's complete run config (its identity when a sweep resumes)
+        writer = csv.DictWriter(handle, fieldnames=["method", "key", "value", "val-dice", "seconds", "config"],
+                                restval="")
         writer.writeheader()
         writer.writerows(trials)
 

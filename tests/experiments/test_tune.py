@@ -37,6 +37,7 @@ def test_grid_items_replace_defaults_and_bad_items_name_the_fix():
 
 def test_methods_keep_only_the_steps_whose_choice_they_use():
     steps = select_steps(["fedavg", "fedbn", "harmofl", "fedsm"])
+    assert {"fedbn", "harmofl", "knn-per"} <= set(steps[0][3])  # FedAvg's lr reaches every FedAvg-based method
     assert [(m, k) for m, k, _, _ in steps] == [("fedavg", "lr"), ("fedsm", "softpull-lambda"),
                                                 ("harmofl", "amplitude-window")]
     assert select_steps(None) == STEPS
@@ -60,6 +61,8 @@ def test_a_second_call_reads_finished_candidates_and_refuses_other_settings(tmp_
     again, _ = sweep({"num-server-rounds": 5}, {"lr": [0.001, 0.002]}, 0, tmp_path, steps,
                      load_trials(tmp_path, settings))
     assert again == chosen and len(calls) == 2  # both candidates read from sweep.csv, none rerun
+    sweep({"num-server-rounds": 6}, {"lr": [0.001, 0.002]}, 0, tmp_path, steps, load_trials(tmp_path, settings))
+    assert len(calls) == 4  # another run config: the same values are new candidates
     with pytest.raises(ValueError, match="tune.json: this folder holds a sweep with other settings"):
         load_trials(tmp_path, {**settings, "seed": 1})
 
