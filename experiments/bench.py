@@ -16,9 +16,12 @@ Parts (``--parts``, all by default):
     the 6-site run through ``flwr run`` against the same training as a plain
     loop in this process (:mod:`experiments.in_process`), per round and total;
 ``memory``
-    peak summed RSS of all processes of a run for each of ``--sites``;
+    peak summed RSS (and PSS) of all processes of a run for each of ``--sites``;
+    for the 6-site run, each process's role, RSS, PSS and anonymous memory
+    at the peak, and what importing the ClientApp costs a fresh process;
 ``scaling``
-    time per round for each of ``--sites`` and, with 6 sites, each of ``--sizes``;
+    time per round for each of ``--sites`` and, with 6 sites, each of ``--sizes``,
+    and ``scaling.png``: round time and peak memory against the number of sites;
 ``gpu``
     with a CUDA GPU, the in-process loop at 256 px on it: GPU time per round
     and training images per second; skipped (and said so) without one.
@@ -43,11 +46,13 @@ from experiments.bench_report import write_report
 from experiments.bench_runs import flwr_environment, model_bytes, run_flwr
 from experiments.compare import parse_overrides
 from experiments.in_process import run_in_process
+from experiments.process_memory import import_cost
 from fedsm_core.config import RunConfig
 
 PARTS = ("wire", "overhead", "memory", "scaling", "gpu")
 BASE_SITES = 6
 GPU_IMAGE_SIZE = 256
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +137,7 @@ class Bench:
             self.results["overhead"] = {"flwr": base, "in-process": local}
         if "memory" in plan.parts:
             self.results["memory"] = [runs[_label(s, plan.sizes[0])] for s in plan.sites]
+            self.results["memory-breakdown"] = self.memory_breakdown(runs)
         if "scaling" in plan.parts:
             labels = {_label(s, plan.sizes[0]) for s in plan.sites} | {_label(BASE_SITES, p) for p in plan.sizes}
             self.results["scaling"] = [runs[label] for label in sorted(labels)]
@@ -139,6 +145,13 @@ class Bench:
             self.results["gpu"] = self.gpu()
         self.save()
         return (self.out / "report.md").read_text()
+
+    def memory_breakdown(self, runs: dict[str, dict[str, object]]) -> dict[str, object]:
+        """Which run's peak the report breaks down by process (the 6-site one when run), and the import cost."""
+        base = _label(BASE_SITES, self.plan.sizes[0])
+        label = base if base in runs else _label(self.plan.sites[-1], self.plan.sizes[0])
+        self.progress("import cost of a fresh ClientApp process")
+        return {"run": label, "import-cost": import_cost(ROOT)}
 
     def gpu(self) -> dict[str, object]:
         """The in-process loop on the GPU at 256 px, or why it was skipped."""
@@ -159,7 +172,7 @@ def parse_plan(argv: list[str] | None) -> tuple[Plan, Path]:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data-scale", type=float, default=0.5)
-    parser.add_argument("--sites", nargs="+", type=int, default=[2, 4, 6, 12])
+    parser.add_argument("--sites", nargs="+", type=int, default=[2, 4, 6, 12, 24])
     parser.add_argument("--sizes", nargs="+", type=int, default=[64, 96, 128])
     parser.add_argument("--quick", action="store_true",
                         help="a check that it works: 2 rounds, data-scale 0.25, sites 2 and 6, 64 px")

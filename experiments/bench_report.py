@@ -11,7 +11,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import mean
 
+from experiments.bench_plot import SCALING_PLOT, write_scaling_plot
+from experiments.process_memory import CLIENT_APP, ROLES, SERVER_APP
+
 MB = 1e6
+MIB = 2**20
+# Issue 19: a round through ``flwr run`` at most this many times the in-process training per round / workers.
+ROUND_TIME_TARGET = 1.25
 
 
 def _mb(value: float) -> str:
@@ -88,6 +94,35 @@ def _config_bytes(traffic: Mapping[str, Mapping[str, float]]) -> float:
     return max((v["bytes"] - v["array-bytes"] for v in traffic.values()), default=0.0)
 
 
+def round_time_ratio(flwr_mean_round: float, local_train_per_round: float, workers: int) -> float:
+    """``flwr run``'s mean round over the in-process loop's training compute per round shared by ``workers``.
+
+    The in-process loop trains the sites one after another in one process;
+    ``workers`` Ray workers can at best split that compute between them, so
+    ``local_train_per_round / workers`` is the round time with no framework
+    cost at all. Issue 19's target is a ratio of at most :data:`ROUND_TIME_TARGET`.
+    """
+    if workers < 1:
+        raise ValueError(f"workers = {workers}: a run trains on at least one Ray worker")
+    return flwr_mean_round / (local_train_per_round / workers)
+
+
+def _ratio_lines(flwr: Mapping[str, object], local: Mapping[str, object]) -> tuple[str, str]:
+    """The ratio row of the overhead table and the sentence that says whether the target is met."""
+    workers = flwr["workers"]
+    flwr_round, local_train = _seconds(flwr["round-seconds"]), _seconds(local["train-seconds"])
+    ratio = round_time_ratio(flwr_round, local_train, workers)
+    row = (f"| **round-time ratio**: mean round / (in-process training per round / {workers} workers), "
+           f"target <= {ROUND_TIME_TARGET:.2f}x | {flwr_round:.1f} | {local_train / workers:.1f} | "
+           f"**{ratio:.2f}x** |")
+    verdict = "met" if ratio <= ROUND_TIME_TARGET else "not met"
+    sentence = (f"Round-time ratio {ratio:.2f}x against the target of {ROUND_TIME_TARGET:.2f}x ({verdict}): "
+                f"a round through `flwr run` takes {flwr_round:.1f} s; the in-process loop trains a round in "
+                f"{local_train:.1f} s, which {workers} Ray ClientApp workers could at best share "
+                f"({local_train / workers:.1f} s).")
+    return row, sentence
+
+
 def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) -> list[str]:
     """Wall time of the same training through ``flwr run`` and as a plain loop in one process."""
     rounds_f, rounds_l = flwr["round-seconds"], local["round-seconds"]
@@ -105,6 +140,9 @@ def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) ->
              "| | flwr run | in-process | ratio |", "|---|---|---|---|"]
     lines += [f"| {name} | {f:.1f} | - | - |" if math.isnan(p) else f"| {name} | {f:.1f} | {p:.1f} | {f / p:.2f} |"
               for name, f, p in rows]
+    ratio = _ratio_lines(flwr, local) if "workers" in flwr else None  # results of an older benchmark lack it
+    if ratio:
+        lines += [ratio[0], "", ratio[1]]
     lines += ["", (f"Pooled test Dice of the super model: flwr run {flwr['test-dice-super']:.4f}, "
                    f"in-process {local['test-dice-super']:.4f}. Peak memory: flwr run {flwr['peak-rss-gib']:.2f} GiB "
                    f"(all its processes), in-process {local['max-rss-gib']:.2f} GiB (max RSS of the benchmark "
@@ -115,11 +153,60 @@ def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) ->
 def memory_section(runs: Sequence[Mapping[str, object]]) -> list[str]:
     """Peak summed RSS and time per round by number of sites."""
     lines = ["## Peak memory by number of sites", "",
-             "| sites | image size | peak RSS, all processes (GiB) | processes at peak | mean round (s) | wall (s) |",
-             "|---|---|---|---|---|---|"]
+             ("| sites | image size | peak RSS, all processes (GiB) | PSS at that peak (GiB) | processes at peak "
+              "| mean round (s) | wall (s) |"),
+             "|---|---|---|---|---|---|---|"]
     for run in sorted(runs, key=lambda r: r["sites"]):
         lines.append(f"| {run['sites']} | {run['settings']['image-size']} | {run['peak-rss-gib']:.2f} | "
-                     f"{run['processes-at-peak']} | {_seconds(run['round-seconds']):.1f} | {run['wall-seconds']:.0f} |")
+                     f"{run.get('peak-pss-gib', math.nan):.2f} | {run['processes-at-peak']} | "
+                     f"{_seconds(run['round-seconds']):.1f} | {run['wall-seconds']:.0f} |")
+    return lines
+
+
+def memory_by_role(processes: Sequence[Mapping[str, object]]) -> list[tuple[str, int, float, float, float]]:
+    """``(role, processes, RSS, PSS, anonymous)`` in MiB per role present, in the order of :data:`ROLES`."""
+    rows = []
+    for role in ROLES:
+        chosen = [p for p in processes if p["role"] == role]
+        if chosen:
+            rows.append((role, len(chosen), *(sum(p[key] for p in chosen) / MIB for key in ("rss", "pss", "anon"))))
+    return rows
+
+
+def role_section(run: Mapping[str, object], import_steps: Sequence[Mapping[str, object]]) -> list[str]:
+    """Memory at the peak of ``run`` by process role, and what importing the ClientApp costs a process."""
+    rows = memory_by_role(run["memory-at-peak"])
+    lines = ["## Memory at the peak by process role", "",
+             (f"The {run['sites']}-site run at {run['settings']['image-size']} px, at the sample with the largest "
+              "summed RSS; MiB. RSS counts a shared library's pages once in every process that maps it; PSS "
+              "splits them between those processes, so the PSS sum is the memory the run really occupies; "
+              "anonymous memory (heap, tensors, decoded messages, allocator arenas) is each process's own."),
+             "", "| role | processes | RSS (MiB) | PSS (MiB) | anonymous (MiB) |", "|---|---|---|---|---|"]
+    lines += [f"| {role} | {n} | {rss:.0f} | {pss:.0f} | {anon:.0f} |" for role, n, rss, pss, anon in rows]
+    totals = [sum(row[i] for row in rows) for i in range(1, 5)]
+    lines.append(f"| all | {totals[0]} | {totals[1]:.0f} | {totals[2]:.0f} | {totals[3]:.0f} |")
+    lines += ["", (f"Summed over all {run['processes-at-peak']} processes at the peak: RSS "
+                   f"{run['peak-rss-gib'] * 1024:.0f} MiB (the headline figure), PSS {totals[2]:.0f} MiB.")]
+    return lines + [""] + import_cost_lines(import_steps, rows)
+
+
+def import_cost_lines(steps: Sequence[Mapping[str, object]], rows: Sequence[tuple]) -> list[str]:
+    """What a fresh process holds after each import step, and that cost times the processes that pay it."""
+    lines = ["Import cost per process: a fresh `python -c \"import client_app.app\"`, "
+             "read from /proc/self/smaps_rollup after each import (each step adds to the one before); MiB.", "",
+             "| after importing | RSS | PSS | anonymous | RSS added |", "|---|---|---|---|---|"]
+    previous = 0
+    for step in steps:
+        lines.append(f"| {step['step']} | {step['rss'] / MIB:.0f} | {step['pss'] / MIB:.0f} | "
+                     f"{step['anon'] / MIB:.0f} | {(step['rss'] - previous) / MIB:+.0f} |")
+        previous = step["rss"]
+    last = steps[-1]
+    paying = sum(n for role, n, *_ in rows if role in (SERVER_APP, CLIENT_APP))
+    lines += ["", (f"torch, torchvision and segmentation_models_pytorch with the app's own modules cost each "
+                   f"process {last['rss'] / MIB:.0f} MiB RSS ({last['anon'] / MIB:.0f} MiB anonymous) before it "
+                   f"holds a model or an image. The {paying} processes that import them (the ServerApp and the "
+                   f"ClientApp workers) hold {paying * last['rss'] / MIB:.0f} MiB of the summed RSS for that alone, "
+                   f"{paying * last['anon'] / MIB:.0f} MiB of it anonymous, which no sharing removes.")]
     return lines
 
 
@@ -162,8 +249,13 @@ def write_report(path: Path, results: Mapping[str, object]) -> str:
         lines += overhead_section(results["overhead"]["flwr"], results["overhead"]["in-process"]) + [""]
     if "memory" in results:
         lines += memory_section(results["memory"]) + [""]
+    if "memory-breakdown" in results:
+        breakdown = results["memory-breakdown"]
+        lines += role_section(results["runs"][breakdown["run"]], breakdown["import-cost"]) + [""]
     if "scaling" in results:
-        lines += scaling_section(results["scaling"]) + [""]
+        write_scaling_plot(Path(path).parent / SCALING_PLOT, results["scaling"], results["settings"]["image-size"])
+        lines += scaling_section(results["scaling"]) + ["", f"![Round time and peak memory by sites]({SCALING_PLOT})",
+                                                        ""]
     if "gpu" in results:
         lines += gpu_section(results["gpu"]) + [""]
     text = "\n".join(lines)

@@ -10,6 +10,7 @@ the simulation and the Ray workers all inherit it).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import tempfile
 import time
@@ -27,6 +28,7 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
+from fedsm_core.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
 from server_app.traffic import TIMING_FILE, TRAFFIC_FILE, array_record_bytes
 
@@ -97,14 +99,29 @@ def run_flwr(settings: dict[str, object], out: Path, label: str, environment: di
         folder = launch_run(settings, out / "runs" / label, label, env=env)
     wall = time.monotonic() - started
     times = round_times(read_csv(folder / TIMING_FILE))
+    sites = training_dataset(str(settings.get("dataset", "synthetic-fundus"))).num_sites
     return {
-        "label": label, "settings": settings, "folder": str(folder),
-        "sites": training_dataset(str(settings.get("dataset", "synthetic-fundus"))).num_sites,
+        "label": label, "settings": settings, "folder": str(folder), "sites": sites,
         "wall-seconds": wall, "peak-rss-gib": peak.gib, "processes-at-peak": peak.processes, **times,
+        "peak-pss-gib": peak.pss_gib, "memory-at-peak": [dataclasses.asdict(p) for p in peak.at_peak],
+        "workers": client_workers(sites, env),  # launch_run gives the run one SuperNode per site
         "start-up-seconds": wall - sum(times["round-seconds"]),
         "traffic": traffic_per_site(read_csv(folder / TRAFFIC_FILE)),
         "test-dice-super": pooled_test_dice(read_csv(folder / "metrics.csv")),
     }
+
+
+def client_workers(num_supernodes: int, environment: dict[str, str]) -> int:
+    """Ray ClientApp workers of a run: what ``scripts/run-simulation.sh`` plans from the same variables.
+
+    The script asks :func:`~fedsm_core.simulation_resources.plan_resources`
+    with ``RAY_CPUS`` (default: the usable cores), ``CLIENT_CPUS`` (1) and
+    ``CLIENT_GPUS`` (auto); ``environment`` wins over this process's.
+    """
+    env = {**os.environ, **environment}
+    plan = plan_resources(num_supernodes, int(env.get("RAY_CPUS", len(os.sched_getaffinity(0)))),
+                          int(env.get("CLIENT_CPUS", 1)), env.get("CLIENT_GPUS", "auto"), visible_gpu_count()[0])
+    return plan.concurrent_clients
 
 
 def model_bytes(settings: dict[str, object]) -> dict[str, int]:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+from experiments.process_memory import ProcessMemory, read_process_memory
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -52,32 +54,36 @@ def _has_marker(pid: str, marker: str) -> bool:
         return False
 
 
-def _new_process_rss(since: float, own_pid: int, marker: str | None = None) -> tuple[int, int]:
-    """Summed RSS (bytes) and count of processes started at or after ``since`` (Linux /proc).
+def _marked_processes(since: float, own_pid: int, marker: str | None = None) -> dict[int, int]:
+    """RSS (bytes) by PID of the processes started at or after ``since`` (Linux /proc).
 
     With ``marker`` (``NAME=value``), only processes whose environment holds it
     are counted: a run's processes inherit it, unrelated ones do not.
     """
     boot = _boot_time()
-    total = count = 0
+    found_rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == own_pid:
             continue
         found = _process_start_and_rss(entry, boot)
         if found is not None and found[0] >= since - 1.0 and (marker is None or _has_marker(entry, marker)):
-            total += found[1]
-            count += 1
-    return total, count
+            found_rss[int(entry)] = found[1]
+    return found_rss
 
 
 class PeakMemory:
     """Samples, in a background thread, the summed RSS of processes started after it began.
 
+    At the sample with the largest sum it also reads each counted process's
+    role, RSS, PSS and anonymous memory (:func:`~experiments.process_memory.read_process_memory`),
+    a moment after the sum itself; a process that ends in between is left out
+    of those figures but not of the sum.
+
     Use as a context manager around any code that starts processes::
 
         with PeakMemory(marker="BENCH_TAG=run-3") as peak:
             subprocess.run(command, env={**os.environ, "BENCH_TAG": "run-3"})
-        peak.gib, peak.processes
+        peak.gib, peak.processes, peak.pss_gib, peak.at_peak
 
     Parameters
     ----------
@@ -85,7 +91,7 @@ class PeakMemory:
         Seconds between samples.
     marker : str, optional
         ``NAME=value`` that the processes to count carry in their environment
-        (see :func:`_new_process_rss`); without it, every process started
+        (see :func:`_marked_processes`); without it, every process started
         meanwhile counts, unrelated ones too.
     """
 
@@ -94,6 +100,7 @@ class PeakMemory:
         self.marker = marker
         self.peak_bytes = 0
         self.processes = 0
+        self.at_peak: list[ProcessMemory] = []
         self._started = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -103,11 +110,18 @@ class PeakMemory:
         """The peak summed RSS in GiB."""
         return round(self.peak_bytes / 2**30, 3)
 
+    @property
+    def pss_gib(self) -> float:
+        """Summed PSS in GiB of the processes read at the peak (shared pages split between their users)."""
+        return round(sum(p.pss for p in self.at_peak) / 2**30, 3)
+
     def _sample(self) -> None:
         while True:
-            rss, count = _new_process_rss(self._started, os.getpid(), self.marker)
-            if rss > self.peak_bytes:
-                self.peak_bytes, self.processes = rss, count
+            rss = _marked_processes(self._started, os.getpid(), self.marker)
+            if sum(rss.values()) > self.peak_bytes:
+                self.peak_bytes, self.processes = sum(rss.values()), len(rss)
+                # smaps_rollup walks every mapping, costlier than statm: read it only at a new peak
+                self.at_peak = [m for m in map(read_process_memory, rss) if m is not None]
             if self._stop.wait(self.interval):
                 return
 
@@ -131,6 +145,7 @@ def measure(command: list[str], interval: float) -> dict[str, float]:
         "wall_seconds": round(time.time() - started, 1),
         "peak_rss_gib": peak.gib,
         "processes_at_peak": peak.processes,
+        "peak_pss_gib": peak.pss_gib,
     }
 
 

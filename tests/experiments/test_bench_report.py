@@ -6,15 +6,18 @@ import math
 
 import pytest
 
-from experiments.bench import Plan
+from experiments.bench import Plan, parse_plan
+from experiments.bench_plot import sites_series, write_scaling_plot
 from experiments.bench_report import (
     expected_bytes,
     gpu_section,
+    memory_by_role,
     overhead_section,
+    round_time_ratio,
     wire_section,
     write_report,
 )
-from experiments.bench_runs import round_times, traffic_per_site
+from experiments.bench_runs import client_workers, round_times, traffic_per_site
 
 SIZES = {"model": 1_000_000, "selector": 200_000, "moments": 400_000, "sites": 3}
 
@@ -92,12 +95,13 @@ def test_gpu_section_says_why_it_skipped_and_computes_images_per_second():
 
 def test_write_report_has_the_sections_present(tmp_path):
     run = {**_run([2.0, 4.0]), "sites": 2, "processes-at-peak": 9, "settings": {"image-size": 64}}
-    results = {"settings": {"num-server-rounds": 2}, "wall-seconds": 12.0, "memory": [run], "scaling": [run]}
+    results = {"settings": {"num-server-rounds": 2, "image-size": 64}, "wall-seconds": 12.0, "memory": [run],
+               "scaling": [run]}
 
     text = write_report(tmp_path / "report.md", results)
 
     assert (tmp_path / "report.md").read_text() == text
-    assert "## Peak memory by number of sites" in text and "| 2 | 64 | 3.00 | 9 | 3.0 | 100 |" in text
+    assert "## Peak memory by number of sites" in text and "| 2 | 64 | 3.00 | nan | 9 | 3.0 | 100 |" in text
     assert "| 2 | 64 | 3.0 | 1.5 | 1.50 | 3.00 |" in text
     assert "## Bytes" not in text and "## GPU" not in text
 
@@ -120,3 +124,87 @@ def test_each_configuration_runs_once():
     assert plan.configurations() == [(6, 64), (2, 64), (12, 64), (6, 128)]
     assert plan.settings(6, 64)["dataset"] == "synthetic-fundus"
     assert plan.settings(12, 128)["dataset"] == "synthetic-fundus-12"
+
+
+MIB = 2**20
+# At the peak: the ServerApp, two ClientApp workers and a raylet; bytes
+PROCESSES = [{"pid": 1, "role": "ServerApp + simulation engine", "rss": 2000 * MIB, "pss": 1500 * MIB,
+              "anon": 1200 * MIB},
+             {"pid": 2, "role": "ClientApp worker", "rss": 1400 * MIB, "pss": 1000 * MIB, "anon": 800 * MIB},
+             {"pid": 3, "role": "ClientApp worker", "rss": 1500 * MIB, "pss": 1100 * MIB, "anon": 900 * MIB},
+             {"pid": 4, "role": "Ray services", "rss": 100 * MIB, "pss": 60 * MIB, "anon": 50 * MIB}]
+IMPORT_STEPS = [{"step": "python", "rss": 10 * MIB, "pss": 5 * MIB, "anon": 4 * MIB},
+                {"step": "torch", "rss": 500 * MIB, "pss": 300 * MIB, "anon": 280 * MIB},
+                {"step": "client_app.app (the ClientApp)", "rss": 850 * MIB, "pss": 500 * MIB, "anon": 400 * MIB}]
+
+
+def test_round_time_ratio_divides_the_in_process_training_between_the_workers():
+    # 10 s / (16 s / 2 workers) = 10 / 8 = 1.25
+    assert round_time_ratio(10.0, 16.0, 2) == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="workers = 0"):
+        round_time_ratio(10.0, 16.0, 0)
+
+
+def test_overhead_section_reports_the_round_time_ratio_against_its_target():
+    flwr = _run([12.0, 8.0], workers=2)  # mean round 10 s
+    local = {"total-seconds": 40.0, "round-seconds": [18.0, 18.0], "train-seconds": [15.0, 17.0],
+             "setup-seconds": 2.0, "test-seconds": 2.0, "test-dice-super": 0.8, "max-rss-gib": 1.5}
+
+    text = "\n".join(overhead_section(flwr, local))
+
+    # training per round (15 + 17) / 2 = 16 s; / 2 workers = 8 s; 10 / 8 = 1.25x, the target itself
+    assert "| 10.0 | 8.0 | **1.25x** |" in text and "target <= 1.25x" in text
+    assert "Round-time ratio 1.25x against the target of 1.25x (met)" in text
+
+
+def test_memory_by_role_sums_each_role_in_mib():
+    rows = memory_by_role(PROCESSES)
+
+    # workers: 1400 + 1500 = 2900 RSS, 1000 + 1100 = 2100 PSS, 800 + 900 = 1700 anonymous
+    assert rows == [("ServerApp + simulation engine", 1, 2000.0, 1500.0, 1200.0),
+                    ("ClientApp worker", 2, 2900.0, 2100.0, 1700.0), ("Ray services", 1, 100.0, 60.0, 50.0)]
+
+
+def _breakdown_results():
+    run = {**_run([2.0, 4.0]), "sites": 6, "processes-at-peak": 5, "settings": {"image-size": 64},
+           "peak-rss-gib": 5000 / 1024, "peak-pss-gib": 3660 / 1024, "memory-at-peak": PROCESSES}
+    small = {**run, "sites": 2, "peak-rss-gib": 3.0, "peak-pss-gib": 2.0, "round-seconds": [1.0, 1.0]}
+    return {"settings": {"image-size": 64}, "wall-seconds": 12.0, "runs": {"sites6-px64": run},
+            "memory": [small, run], "scaling": [small, run],
+            "memory-breakdown": {"run": "sites6-px64", "import-cost": IMPORT_STEPS}}
+
+
+def test_write_report_breaks_the_peak_down_by_role_and_links_the_scaling_plot(tmp_path):
+    text = write_report(tmp_path / "report.md", _breakdown_results())
+
+    assert "## Memory at the peak by process role" in text
+    assert "| ClientApp worker | 2 | 2900 | 2100 | 1700 |" in text
+    assert "| all | 4 | 5000 | 3660 | 2950 |" in text  # 2000 + 2900 + 100; 1500 + 2100 + 60; 1200 + 1700 + 50
+    assert "RSS 5000 MiB (the headline figure), PSS 3660 MiB" in text
+    assert "| client_app.app (the ClientApp) | 850 | 500 | 400 | +350 |" in text  # 850 - 500 added by the app
+    assert "The 3 processes that import them" in text and "hold 2550 MiB" in text  # 3 * 850
+    assert "![Round time and peak memory by sites](scaling.png)" in text
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_scaling_plot_is_drawn_from_the_runs_at_one_image_size(tmp_path):
+    runs = _breakdown_results()["scaling"] + [{**_run([9.0]), "sites": 6, "settings": {"image-size": 128}}]
+
+    series = sites_series(runs, 64)
+    path = write_scaling_plot(tmp_path / "scaling.png", runs, 64)
+
+    assert series["sites"] == [2, 6] and series["round-seconds"] == [1.0, 3.0]
+    assert series["pss-gib"] == [2.0, 3660 / 1024]
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_reaches_24_sites_by_default_and_quick_stays_at_2_and_6():
+    assert parse_plan([])[0].sites == (2, 4, 6, 12, 24)
+    assert parse_plan(["--quick"])[0].sites == (2, 6)
+
+
+def test_workers_are_planned_as_the_run_script_plans_them():
+    # RAY_CPUS = 2 CPUs / CLIENT_CPUS = 1 each: 2 clients at once; with 4 CPUs per client only 1 fits in 4
+    assert client_workers(6, {"RAY_CPUS": "2", "CLIENT_CPUS": "1", "CLIENT_GPUS": "0"}) == 2
+    assert client_workers(6, {"RAY_CPUS": "4", "CLIENT_CPUS": "4", "CLIENT_GPUS": "0"}) == 1
+    assert client_workers(2, {"RAY_CPUS": "16", "CLIENT_CPUS": "1", "CLIENT_GPUS": "0"}) == 2  # one per site at most

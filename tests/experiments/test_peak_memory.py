@@ -26,3 +26,12 @@ def test_a_process_without_the_marker_is_not_counted():
     with PeakMemory(interval=0.1, marker="PEAK_TEST=mine") as peak:
         _child("someone-else")
     assert peak.peak_bytes == 0 and peak.processes == 0
+
+
+def test_the_peak_keeps_each_process_with_its_pss_and_anonymous_memory():
+    with PeakMemory(interval=0.1, marker="PEAK_TEST=mine") as peak:
+        _child("mine")
+
+    child = max(peak.at_peak, key=lambda p: p.anon)
+    assert child.role == "other" and child.anon >= 290 * 2**20  # the 300 MiB bytearray is anonymous memory
+    assert peak.pss_gib >= 0.28 and peak.pss_gib <= peak.gib + 0.01
