@@ -206,11 +206,12 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     jobs = plan_jobs(plan)
     wanted = select_datasets(jobs, args.datasets)
     recorded = recorded_rows(args.out)
-    pending = [job for job in jobs if finished_rows(job[0], runs, recorded) is None and job[0].dataset_label in wanted]
-    done = len(jobs) - len(pending)
-    write_commands(args.out, args.plan, done, len(jobs))
-    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(jobs), done)):
-        print(f"[study] {job[0]}: run {done + index + 1} of {len(jobs)}, {len(pending) - index} left", flush=True)
+    selected = [job for job in jobs if job[0].dataset_label in wanted]  # progress counts these only
+    pending = [job for job in selected if finished_rows(job[0], runs, recorded) is None]
+    done = len(selected) - len(pending)
+    write_commands(args.out, args.plan, len(jobs) - len(pending), len(jobs))
+    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(selected), done)):
+        print(f"[study] {job[0]}: run {done + index + 1} of {len(selected)}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)
         write_outputs(args.out, jobs, runs)
     finished = write_outputs(args.out, jobs, runs)

@@ -186,12 +186,13 @@ def test_a_clone_with_only_the_committed_csv_skips_the_runs_it_holds(tmp_path, m
     assert (out / "results.csv").read_bytes() == committed
 
 
-def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp_path, monkeypatch):
+def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp_path, capsys):
     plan, out = tmp_path / "plan.toml", tmp_path / "out"
     plan.write_text(PLAN.replace('["synthetic-fundus"]', '["synthetic-fundus", "synthetic-fundus-style"]')
                     .replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg"').split("[methods]")[0])
     launch = FakeFlower()
     study.main(["--plan", str(plan), "--out", str(out), "--datasets", "synthetic-fundus-style"], launch=launch)
     assert [c["dataset"] for c in launch.calls] == ["synthetic-fundus-style"] * 4  # 6, 8, 10, 12 rounds
+    assert "run 1 of 1, 1 left" in capsys.readouterr().out  # progress counts the named datasets only
     with pytest.raises(ValueError, match="--datasets: \\['drishti'\\] are not in the plan"):
         study.main(["--plan", str(plan), "--out", str(out), "--datasets", "drishti"], launch=launch)
