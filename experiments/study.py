@@ -172,14 +172,15 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def write_commands(out: Path, plan_path: Path, done: int, total: int) -> Path:
+def write_commands(out: Path, plan_path: Path, done: int, total: int, datasets: list[str] | None = None) -> Path:
     """``commands.md``: how to run, resume and tabulate; versions; one more line in the log of sittings."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     path = out / "commands.md"
     log = path.read_text().split("## Sittings\n", 1)[1].strip().splitlines() if path.is_file() and \
         "## Sittings\n" in path.read_text() else []
     log.append(f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.stdout.strip() or '?'}, "
-               f"{platform.node()}: {done} of {total} runs finished at the start")
+               f"{platform.node()}: {done} of {total} runs finished at the start"
+               + (f"; ran only {', '.join(datasets)}" if datasets else ""))
     lines = ["# Commands", "", "Run, or continue after an interruption (finished runs are skipped):", "",
              f"    python -m experiments.study --plan {plan_path} --out {out}", "",
              "Regenerate the table and the curves from the CSV alone:", "",
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     selected = [job for job in jobs if job[0].dataset_label in wanted]  # progress counts these only
     pending = [job for job in selected if finished_rows(job[0], runs, recorded) is None]
     done = len(selected) - len(pending)
-    write_commands(args.out, args.plan, len(jobs) - len(pending), len(jobs))
+    finished = sum(1 for job in jobs if finished_rows(job[0], runs, recorded) is not None)
+    write_commands(args.out, args.plan, finished, len(jobs), args.datasets)
     for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(selected), done)):
         print(f"[study] {job[0]}: run {done + index + 1} of {len(selected)}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)

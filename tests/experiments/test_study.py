@@ -194,5 +194,6 @@ def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp
     study.main(["--plan", str(plan), "--out", str(out), "--datasets", "synthetic-fundus-style"], launch=launch)
     assert [c["dataset"] for c in launch.calls] == ["synthetic-fundus-style"] * 4  # 6, 8, 10, 12 rounds
     assert "run 1 of 1, 1 left" in capsys.readouterr().out  # progress counts the named datasets only
+    assert "0 of 2 runs finished at the start; ran only synthetic-fundus-style" in (out / "commands.md").read_text()
     with pytest.raises(ValueError, match="--datasets: \\['drishti'\\] are not in the plan"):
         study.main(["--plan", str(plan), "--out", str(out), "--datasets", "drishti"], launch=launch)

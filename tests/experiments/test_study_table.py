@@ -16,14 +16,23 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "study_sample"
 
 
-def test_the_documented_command_regenerates_table_md_byte_for_byte(tmp_path):
+# The sample, and every committed study result (the reference study once a run of it has finished).
+TABLES = [SAMPLE, ROOT / "experiments" / "results" / "reference", ROOT / "experiments" / "results" / "cost-probe"]
+
+
+@pytest.mark.parametrize("folder", TABLES, ids=lambda folder: folder.name)
+def test_the_documented_command_regenerates_table_md_byte_for_byte(tmp_path, folder):
+    # Prepare
+    if not (folder / "results.csv").is_file():
+        pytest.skip(f"{folder} holds no results.csv yet")
+
     # Execute: the command commands.md and table.md name
     out = tmp_path / "table.md"
-    subprocess.run([sys.executable, "-m", "experiments.study_table", "--csv", str(SAMPLE / "results.csv"),
+    subprocess.run([sys.executable, "-m", "experiments.study_table", "--csv", str(folder / "results.csv"),
                     "--out", str(out), "--curves", str(tmp_path / "curves.png")], cwd=ROOT, check=True)
 
     # Assert
-    assert out.read_bytes() == (SAMPLE / "table.md").read_bytes()
+    assert out.read_bytes() == (folder / "table.md").read_bytes()
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
