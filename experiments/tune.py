@@ -21,8 +21,9 @@ The sweep is sequential, so each choice builds on the previous one:
 ``--methods`` keeps only the steps whose choice some listed method uses (a
 study of FedAvg, FedSM and HarmoFL skips the FedProx and Scaffold sweeps).
 The sweep resumes: ``sweep.csv`` is written after every candidate, and a later
-call with the same settings reads the candidates it holds instead of rerunning
-them; different settings are refused, naming ``tune.json``.
+call with the same ``--run-config`` and ``--seed`` reads the candidates it holds
+instead of rerunning them (another grid or more ``--methods`` only add
+candidates); other settings are refused, naming ``tune.json``.
 
 Each candidate is one ``flwr run`` of ``--rounds`` rounds on one seed, scored
 by the pooled validation Dice of the model the method deploys after the last
@@ -208,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     RunConfig.from_mapping(base)  # fail before any training on a bad key or value
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    done = load_trials(args.out, {"run-config": base, "seed": args.seed,
-                                  "grid": {step[2]: grid[step[2]] for step in steps}})
+    # Another grid or more --methods may reuse the folder: a candidate is found by its complete run config.
+    done = load_trials(args.out, {"run-config": base, "seed": args.seed})
     chosen, trials = sweep(base, grid, args.seed, args.out, steps, done)
     header = (f"Validation sweep, seed {args.seed}, {args.rounds} rounds per run, settings `{args.run_config}`; "
               f"wall time {time.monotonic() - started:.0f} s")
