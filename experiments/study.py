@@ -207,13 +207,13 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     jobs = plan_jobs(plan)
     wanted = select_datasets(jobs, args.datasets)
     recorded = recorded_rows(args.out)
-    selected = [job for job in jobs if job[0].dataset_label in wanted]  # progress counts these only
-    pending = [job for job in selected if finished_rows(job[0], runs, recorded) is None]
-    done = len(selected) - len(pending)
-    finished = sum(1 for job in jobs if finished_rows(job[0], runs, recorded) is not None)
-    write_commands(args.out, args.plan, finished, len(jobs), args.datasets)
-    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", len(selected), done)):
-        print(f"[study] {job[0]}: run {done + index + 1} of {len(selected)}, {len(pending) - index} left", flush=True)
+    unfinished = [job for job in jobs if finished_rows(job[0], runs, recorded) is None]
+    pending = [job for job in unfinished if job[0].dataset_label in wanted]
+    selected = sum(1 for job in jobs if job[0].dataset_label in wanted)  # progress counts these only
+    done = selected - len(pending)
+    write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), args.datasets)
+    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", selected, done)):
+        print(f"[study] {job[0]}: run {done + index + 1} of {selected}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)
         write_outputs(args.out, jobs, runs)
     finished = write_outputs(args.out, jobs, runs)

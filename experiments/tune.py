@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.compare import ROOT, parse_overrides, run_federated
+from experiments.compare import METHODS, ROOT, parse_overrides, run_federated
 from experiments.progress import over_runs
 from fedsm_core.config import RunConfig
 
@@ -100,10 +100,9 @@ def select_steps(methods: list[str] | None) -> tuple[tuple[str, str, str, tuple[
     """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``)."""
     if methods is None:
         return STEPS
-    known = sorted({m for step in STEPS for m in (step[0], *step[3])})
-    unknown = sorted(set(methods) - set(known))
+    unknown = sorted(set(methods) - set(METHODS))
     if unknown:
-        raise ValueError(f"--methods: unknown {unknown}; expected names from {known}")
+        raise ValueError(f"--methods: unknown {unknown}; expected names from {list(METHODS)}")
     return tuple(step for step in STEPS if set(step[3]) & set(methods))
 
 
