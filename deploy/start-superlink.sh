@@ -41,7 +41,6 @@ if [[ ! "$bind" =~ ^(127\.[0-9.]+|::1|localhost)$ ]] && [ "${SUPERLINK_EXPOSE_CO
   exit 2
 fi
 . "$here/../scripts/offline-env.sh"
-. "$here/../scripts/memory-env.sh"
 export FLWR_HOME="${FLWR_HOME:-$state/flwr-home}"
 mkdir -p "$FLWR_HOME"
 for file in ca.crt server.crt server.key; do

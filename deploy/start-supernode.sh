@@ -36,7 +36,6 @@ if [ -n "${SUPERNODE_DEVICE:-}" ]; then
   node_config="$node_config device='$SUPERNODE_DEVICE'"
 fi
 . "$here/../scripts/offline-env.sh"
-. "$here/../scripts/memory-env.sh"
 export FLWR_HOME="${FLWR_HOME:-$state/flwr-home}"
 mkdir -p "$FLWR_HOME"
 command -v flower-supernode >/dev/null || { echo "start-supernode: flower-supernode is not on PATH (pip install flwr)" >&2; exit 1; }

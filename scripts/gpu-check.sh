@@ -17,7 +17,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/offline-env.sh
-. scripts/memory-env.sh
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "skipped: no CUDA device"
   exit 0

@@ -26,7 +26,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/offline-env.sh
-. scripts/memory-env.sh
 export FLWR_HOME="${FLWR_HOME:-$PWD/.flwr-home}"
 mkdir -p "$FLWR_HOME"
 FLWR_HOME="$(cd "$FLWR_HOME" && pwd)"
