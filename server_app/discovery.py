@@ -13,7 +13,7 @@ from flwr.serverapp import Grid
 from app_protocol import records
 from app_protocol.evaluate_messages import decode_node_reply, decode_site_reply, encode_query
 from fedsm_core.data.statistics import ChannelStatistics
-from server_app.site_assignment import Assignment, assign_sites
+from server_app.site_assignment import Assignment, assign_sites, order_longest_first
 
 POLL_SECONDS = 1.0
 
@@ -107,6 +107,9 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
     missing = [name for index, name in enumerate(site_names) if index not in sites]
     if missing:
         raise RuntimeError(f"no answer from site(s) {missing} within {timeout:.0f} s")
+    # In simulation any node serves any site: re-deal them so the largest sites are dispatched first.
+    assignment = order_longest_first(assignment, {index: site.num_train for index, site in sites.items()})
+    sites = {index: dataclasses.replace(site, node_id=assignment.node_of_site[index]) for index, site in sites.items()}
     kind = "simulated node" if assignment.simulated else "node"
     for node in sorted(sites.values(), key=lambda n: n.site_index):
         log(INFO, "Site %s on %s %d: %d train / %d val / %d test images",

@@ -9,6 +9,8 @@ Two kinds of nodes answer the server's ``ask = node`` query:
   ``k mod N``, so any number of simulated SuperNodes serves every site: with
   N < K a node serves several sites (each message names its site), with
   N > K some nodes stay idle. The result depends only on K and N.
+  Once the sites have reported their sizes, :func:`order_longest_first`
+  deals them out again, largest first (see there why).
 
 A federation of both kinds, or a node of neither, is an error that says how
 to start the nodes. This module does no messaging: it maps answers to sites.
@@ -32,11 +34,14 @@ class Assignment:
         Names of the sites no node serves yet (named nodes may still connect).
     simulated : bool
         Whether the nodes are simulated ones.
+    num_partitions : int or None
+        N, the number of simulated nodes (None for named nodes).
     """
 
     node_of_site: dict[int, int]
     missing: tuple[str, ...]
     simulated: bool
+    num_partitions: int | None = None
 
 
 def _assign_named(identities: Mapping[int, Mapping[str, object]], site_names: tuple[str, ...]) -> Assignment:
@@ -65,7 +70,36 @@ def _assign_simulated(identities: Mapping[int, Mapping[str, object]], site_names
     node_of_site = {index: node_of_partition[index % count] for index in range(len(site_names))
                     if index % count in node_of_partition}
     missing = tuple(name for index, name in enumerate(site_names) if index not in node_of_site)
-    return Assignment(node_of_site, missing, simulated=True)
+    return Assignment(node_of_site, missing, simulated=True, num_partitions=count)
+
+
+def order_longest_first(assignment: Assignment, work: Mapping[int, int]) -> Assignment:
+    """Deal simulated sites out again, most ``work`` first: the j-th largest goes to partition ``j mod N``.
+
+    Flower's simulation engine queues each round's messages in partition order
+    and its workers take them first come, first served. In site order a large
+    site may start last and keep one worker busy while the others are idle.
+    Largest first is Graham's LPT rule: the round takes at most
+    ``4/3 - 1/(3W)`` times the best possible schedule on ``W`` workers.
+    With fewer nodes than sites, a node's own sites leave in the order the
+    server sent them; the default simulation has one node per site.
+
+    Parameters
+    ----------
+    assignment : Assignment
+        A complete assignment from :func:`assign_sites`. Named nodes serve their
+        own site, so an assignment of named nodes is returned unchanged.
+    work : Mapping[int, int]
+        Site index -> its amount of work (its training images); ties keep site order.
+    """
+    if not assignment.simulated or assignment.num_partitions is None or assignment.missing:
+        return assignment
+    count = assignment.num_partitions
+    # With the sites in index order, partition p (p < K) serves site p first.
+    node_of_partition = {p: assignment.node_of_site[p] for p in range(min(count, len(assignment.node_of_site)))}
+    ranked = sorted(assignment.node_of_site, key=lambda index: (-work[index], index))
+    node_of_site = {index: node_of_partition[rank % count] for rank, index in enumerate(ranked)}
+    return dataclasses.replace(assignment, node_of_site=node_of_site)
 
 
 def assign_sites(identities: Mapping[int, Mapping[str, object]], site_names: tuple[str, ...]) -> Assignment:

@@ -8,7 +8,7 @@ from flwr.app import MessageType
 
 from app_protocol import records
 from server_app.discovery import discover_sites
-from server_app.site_assignment import assign_sites
+from server_app.site_assignment import assign_sites, order_longest_first
 
 SITES = tuple(f"site-{k}" for k in range(1, 7))
 
@@ -57,6 +57,30 @@ def test_nodes_that_cannot_serve_the_dataset_fail_at_once_naming_the_fix(identit
         assign_sites(identities, SITES)
 
 
+@pytest.mark.parametrize(("nodes", "expected"), [
+    # sizes 30, 10, 50, 20, 40, 60: largest first is site-6, site-3, site-5, site-1, site-4, site-2
+    (2, [101, 101, 101, 100, 100, 100]),     # ranks 3, 5, 1, 4, 2, 0 -> partition rank mod 2
+    (6, [103, 105, 101, 104, 102, 100]),    # one node per site, the largest on partition 0
+    (8, [103, 105, 101, 104, 102, 100]),    # nodes 106 and 107 stay idle as before
+    (1, [100] * 6),
+])
+def test_simulated_sites_are_dealt_out_largest_first(nodes, expected):
+    work = dict(enumerate([30, 10, 50, 20, 40, 60]))
+
+    ordered = order_longest_first(assign_sites(simulated(nodes), SITES), work)
+
+    assert [ordered.node_of_site[k] for k in range(6)] == expected
+    assert ordered.missing == () and ordered.simulated and ordered.num_partitions == nodes
+
+
+def test_equal_sites_keep_site_order_and_named_nodes_keep_their_site():
+    assignment = assign_sites(simulated(6), SITES)
+    assert order_longest_first(assignment, dict.fromkeys(range(6), 7)) == assignment
+
+    named = assign_sites({200 + k: {"site-name": name} for k, name in enumerate(SITES)}, SITES)
+    assert order_longest_first(named, dict(enumerate([1, 2, 3, 4, 5, 6]))) == named
+
+
 class SimulationGrid:
     """Two simulated nodes; they answer who they are and, per routed site, a made-up data summary."""
 
@@ -90,7 +114,9 @@ def test_discovery_with_two_simulated_nodes_asks_each_site_through_its_node():
 
     nodes = discover_sites(grid, SITES, timeout=5.0)
 
+    # asked through node k mod 2, then dealt out largest first: site-6 (15 images) on partition 0
+    assert sorted(grid.site_queries) == [(100, "site-1"), (100, "site-3"), (100, "site-5"),
+                                         (101, "site-2"), (101, "site-4"), (101, "site-6")]
     assert [(n.site_name, n.node_id, n.num_train) for n in nodes] == [
-        ("site-1", 100, 10), ("site-2", 101, 11), ("site-3", 100, 12),
-        ("site-4", 101, 13), ("site-5", 100, 14), ("site-6", 101, 15)]
-    assert sorted(grid.site_queries) == sorted((n.node_id, n.site_name) for n in nodes)
+        ("site-1", 101, 10), ("site-2", 100, 11), ("site-3", 101, 12),
+        ("site-4", 100, 13), ("site-5", 101, 14), ("site-6", 100, 15)]
