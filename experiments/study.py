@@ -16,8 +16,9 @@ clone with the committed CSV continues where the last sitting stopped; copy
 runs stay in the table).
 
 Federated methods run with :func:`experiments.compare.launch_run` (one
-``flwr run`` through ``scripts/run-simulation.sh`` per chunk of rounds) and
-stop by the plan's rule (:class:`experiments.study_plan.StoppingRule`).
+``flwr run`` through ``scripts/run-simulation.sh``, more only when one is
+interrupted), which stops itself by the plan's rule
+(:class:`fedsm_core.training.stopping_rule.StoppingRule`, passed as the ``stop-*`` keys).
 ``centralized`` trains in this process with :func:`experiments.compare.run_pooled`
 for as many passes over the data as the run it takes its rounds from
 (``rounds-from``; without one, ``max-rounds``); it is not checkpointed, so an interrupted one starts over.

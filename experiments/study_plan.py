@@ -1,4 +1,4 @@
-"""A study plan (``experiments/plans/*.toml``) parsed once into frozen dataclasses, and the stopping rule.
+"""A study plan (``experiments/plans/*.toml``) parsed once into frozen dataclasses.
 
 A plan names the datasets, methods and seeds of a study, the run config every
 run shares, per-dataset settings chosen on validation (``chosen.json`` of
@@ -9,7 +9,7 @@ run shares, per-dataset settings chosen on validation (``chosen.json`` of
     methods = ["fedavg", "centralized", "fedsm", "fedsm-extra"]
     seeds = [0, 1, 2]
 
-    [stopping]          # see StoppingRule
+    [stopping]          # fedsm_core.training.stopping_rule.StoppingRule
     min-rounds = 60
     max-rounds = 150
     window = 20
@@ -31,73 +31,18 @@ Every error names the plan file, the setting, the value found and the fix.
 from __future__ import annotations
 
 import dataclasses
-import math
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from experiments.compare import FEDERATED, METHOD_SETTINGS, load_chosen
 from fedsm_core.config import RunConfig
+from fedsm_core.training.stopping_rule import StoppingRule
 
 STUDY_METHODS = ("centralized", *FEDERATED)
-# Keys the study sets per run, so a plan may not: the round count comes from the rule, seeds from [study].
-STUDY_KEYS = frozenset({"num-server-rounds", "seed", "data-seed", "dataset", "resume-from", "output-dir"})
-
-
-@dataclasses.dataclass(frozen=True)
-class StoppingRule:
-    """Train until the best validation Dice has gained less than ``min-gain`` over the last ``window`` rounds.
-
-    A run lasts at least ``min-rounds`` and at most ``max-rounds`` rounds. The
-    study trains ``min-rounds`` first and then extends the run by
-    ``check-every`` rounds at a time (resuming from its checkpoint) until the
-    rule holds, so a run stops at most ``check-every - 1`` rounds after the
-    round where it first held. Dice is in [0, 1]: 0.2 Dice points = 0.002.
-    """
-
-    min_rounds: int = 60
-    max_rounds: int = 150
-    window: int = 20
-    min_gain: float = 0.002
-    check_every: int = 10
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_rounds <= self.max_rounds:
-            raise ValueError(f"[stopping] needs 1 <= min-rounds <= max-rounds, got {self.min_rounds} and "
-                             f"{self.max_rounds}")
-        if self.window < 1 or self.check_every < 1 or not math.isfinite(self.min_gain) or self.min_gain < 0:
-            raise ValueError(f"[stopping] window = {self.window} and check-every = {self.check_every} must be >= 1, "
-                             f"min-gain = {self.min_gain} >= 0")
-
-
-def gain_over_window(curve: Sequence[tuple[int, float]], server_round: int, window: int) -> float:
-    """``best(<= r) - best(<= r - window)`` of a validation curve; ``inf`` if no round ``<= r - window`` was evaluated.
-
-    ``best(<= x)`` is the highest value at an evaluated round ``<= x`` (the curve
-    may be evaluated every few rounds).
-    """
-    now = [value for r, value in curve if r <= server_round]
-    before = [value for r, value in curve if r <= server_round - window]
-    if not now or not before:
-        return math.inf
-    return max(now) - max(before)
-
-
-def stopping_round(curve: Sequence[tuple[int, float]], rule: StoppingRule) -> int | None:
-    """The first evaluated round ``>= min-rounds`` where the rule holds, ``max-rounds`` if reached, else ``None``."""
-    for server_round in sorted({r for r, _ in curve}):
-        if server_round > rule.max_rounds:
-            break
-        if server_round >= rule.min_rounds and gain_over_window(curve, server_round, rule.window) < rule.min_gain:
-            return server_round
-    return rule.max_rounds if any(r >= rule.max_rounds for r, _ in curve) else None
-
-
-def next_target(curve: Sequence[tuple[int, float]], rounds_run: int, rule: StoppingRule) -> int:
-    """Rounds the run should reach: ``rounds_run`` when it is done, else one ``check-every`` more (at most max)."""
-    if rounds_run >= rule.max_rounds or stopping_round(curve, rule) is not None:
-        return rounds_run
-    return min(max(rounds_run + rule.check_every, rule.min_rounds), rule.max_rounds)
+# Keys the study sets per run, so a plan may not: the round count and stop-* come from the rule, seeds from [study].
+STUDY_KEYS = frozenset({"num-server-rounds", "seed", "data-seed", "dataset", "resume-from", "output-dir",
+                        "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,11 @@ takes its round count from another, that run's key). Its files live in
 ``<runs>/<dataset>/<method>/seed<seed>-<hash>/``:
 
 * the run folders of its ``flwr run`` chunks (written by the ServerApp, each
-  with ``metrics.csv`` and ``checkpoint.pt``); a chunk that is extended, or
-  was interrupted, is continued by the next with ``resume-from``;
+  with ``metrics.csv`` and ``checkpoint.pt``). A run under the stopping rule
+  is one ``flwr run`` that stops itself (the ``stop-*`` keys); a chunk that was
+  interrupted is continued by the next with ``resume-from``. (Earlier versions
+  of the study extended a run ``check-every`` rounds at a time, one chunk
+  each; the stopping round is the same either way.)
 * ``chunks.jsonl``: wall seconds of every chunk this study started, and of scoring the test images;
 * ``study-rows.csv``, written last: the run's rows of the long CSV. Its
   presence means "finished": a later sitting reads it and runs nothing.
@@ -29,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from experiments.study_plan import StoppingRule, next_target
 from fedsm_core.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, load_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
+from fedsm_core.training.stopping_rule import StoppingRule, stopping_round, validation_curve
 
 ROWS_FILE = "study-rows.csv"
 CHUNKS_FILE = "chunks.jsonl"
@@ -129,46 +132,60 @@ def resume_point(chunks: Sequence[Chunk], target: int, extra_rounds: int | None)
     return None if best is None else best.folder / CHECKPOINT_FILE
 
 
-def validation_curve(rows: Sequence[Mapping[str, str]], metric: str) -> list[tuple[int, float]]:
-    """Pooled validation ``metric`` per evaluated round; ``dice-global`` for a score only tested (kNN-Per)."""
-    for name in (metric, "dice-global"):
-        curve = [(int(r["round"]), float(r["value"])) for r in rows
-                 if r["split"] == "val" and r["site"] == "pooled" and r["metric"] == name]
-        if curve:
-            return sorted(curve)
-    return []
+def metric_rows(rows: Sequence[Mapping[str, str]]) -> list[tuple[str, ...]]:
+    """``metrics.csv`` rows as the ``(round, split, site, metric, value)`` tuples the ServerApp logs."""
+    return [(r["round"], r["split"], r["site"], r["metric"], r["value"]) for r in rows]
+
+
+def completes(chunk: Chunk, fixed_rounds: int | None, rule: StoppingRule, score: str) -> bool:
+    """Whether a finished chunk is the run's result: its fixed length, or the rule held (or max-rounds was reached).
+
+    Chunks that an earlier version of the study ended at ``min-rounds + k *
+    check-every`` without the rule holding are not: the run resumes from them.
+    """
+    if not chunk.finished:
+        return False
+    if fixed_rounds is not None:
+        return chunk.num_server_rounds == fixed_rounds
+    curve = validation_curve(metric_rows(read_metrics(chunk.folder)), score)
+    return chunk.checkpoint_round >= rule.max_rounds or stopping_round(curve, rule) is not None
+
+
+def stop_keys(rule: StoppingRule) -> dict[str, object]:
+    """The run-config keys that make a ``flwr run`` of ``max-rounds`` rounds stop itself by ``rule``."""
+    return {"stop-window": rule.window, "stop-min-gain": rule.min_gain, "stop-min-rounds": rule.min_rounds,
+            "stop-check-every": rule.check_every}
 
 
 def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule: StoppingRule,
                   fixed_rounds: int | None, launch: Launch) -> Path:
     """Train ``key`` until the rule holds (or for ``fixed_rounds``); returns the final run folder.
 
-    Each pass looks at what is on disk, so an interrupted study picks up here.
+    One ``flwr run`` of up to ``max-rounds`` rounds, which stops itself by the
+    rule (the ``stop-*`` keys), or one of exactly ``fixed_rounds``. It resumes
+    from the newest checkpoint on disk, so an interrupted study picks up here.
     """
     folder = key.folder(runs)
     config = RunConfig.from_mapping({**settings, "num-server-rounds": 1})
     extra = config.extra_rounds if METHODS[config.strategy].extra_selector else None
     score = METHODS[key.method].score
-    while True:
+    target = rule.max_rounds if fixed_rounds is None else fixed_rounds
+    for attempt in range(2):
         chunks = read_chunks(folder) if folder.is_dir() else []
-        finished = [c for c in chunks if c.finished and fixed_rounds in (None, c.num_server_rounds)]
-        done = max(finished, key=lambda c: c.num_server_rounds, default=None)
-        if fixed_rounds is not None:
-            target = fixed_rounds
-        elif done is None:
-            target = rule.min_rounds
-        else:
-            target = next_target(validation_curve(read_metrics(done.folder), score), done.num_server_rounds, rule)
-        if done is not None and done.num_server_rounds == target:
+        done = max((c for c in chunks if completes(c, fixed_rounds, rule, score)),
+                   key=lambda c: c.checkpoint_round, default=None)
+        if done is not None:
             return done.folder
+        if attempt:
+            raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
         start = resume_point(chunks, target, extra)
-        overrides = {**settings, "num-server-rounds": target, **({"resume-from": str(start)} if start else {})}
+        overrides = {**settings, "num-server-rounds": target, **(stop_keys(rule) if fixed_rounds is None else {}),
+                     **({"resume-from": str(start)} if start else {})}
         began = time.monotonic()
-        launch(overrides, folder, f"study {key} to round {target}")
+        launch(overrides, folder, f"study {key} to round {target}" + (" or the rule" if fixed_rounds is None else ""))
         record_seconds(folder, f"rounds 1-{target}" if start is None else f"rounds to {target} from {start}",
                        time.monotonic() - began)
-        if not any(c.finished and c.num_server_rounds == target for c in read_chunks(folder)):
-            raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
+    raise AssertionError("unreachable")
 
 
 def record_seconds(folder: Path, part: str, seconds: float) -> None:
@@ -193,7 +210,7 @@ def federated_rows(key: RunKey, final: Path, images: Sequence[tuple[str, str, bo
     score = METHODS[key.method].score
     rounds = max((int(r["round"]) for r in metrics if r["split"] == "test"), default=0)
     tests = [(r["site"], float(r["value"])) for r in metrics if r["split"] == "test" and r["metric"] == score]
-    return result_rows(key, rounds, tests, images, validation_curve(metrics, score), seconds)
+    return result_rows(key, rounds, tests, images, validation_curve(metric_rows(metrics), score), seconds)
 
 
 def result_rows(key: RunKey, rounds: int, tests: Sequence[tuple[str, float]],

@@ -28,6 +28,8 @@ CHECKPOINT_FILE = "checkpoint.pt"
 # Keys that may differ between the interrupted run and the resumed one.
 RESUMABLE_CHANGES = frozenset({
     "num-server-rounds", "resume-from", "output-dir", "round-timeout", "device", "torch-threads", "min-replies",
+    # the stopping rule decides when training ends, not what a round does
+    "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every",
 })
 
 

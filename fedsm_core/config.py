@@ -85,6 +85,10 @@ class RunConfig:
     gamma: float = 0.5
     gamma_selection: str = "validation"
     eval_every: int = 5
+    stop_window: int = 0
+    stop_min_gain: float = 0.002
+    stop_min_rounds: int = 1
+    stop_check_every: int = 1
     output_dir: str = "runs"
     device: str = "auto"
     precision: str = "auto"
@@ -137,6 +141,7 @@ class RunConfig:
         _check_range("knn-pixels-per-image", self.knn_pixels_per_image, 1, 10**8)
         _check_range("gamma", self.gamma, 0.0, 1.0)
         _check_range("eval-every", self.eval_every, 1, 100_000)
+        _check_stopping(self)
         _check_range("torch-threads", self.torch_threads, 0, 1024)
         _check_range("round-timeout", self.round_timeout, 1.0, 10**7)
         _check_range("min-replies", self.min_replies, 1, 100_000)
@@ -194,6 +199,19 @@ class RunConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The kebab-case form, as written in ``[tool.flwr.app.config]``."""
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _check_stopping(config: RunConfig) -> None:
+    """The ``stop-*`` keys (``fedsm_core.training.stopping_rule``); ``stop-window = 0`` turns the rule off."""
+    _check_range("stop-window", config.stop_window, 0, 100_000)
+    _check_range("stop-min-gain", config.stop_min_gain, 0.0, 1.0)
+    _check_range("stop-min-rounds", config.stop_min_rounds, 1, config.num_server_rounds)
+    _check_range("stop-check-every", config.stop_check_every, 1, 100_000)
+    if config.stop_window and method(config.strategy).extra_selector:
+        raise ValueError(
+            f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "
+            "start at num-server-rounds, so the run cannot stop early. Run 'fedsm' with the rule and give "
+            f"'{config.strategy}' the rounds FedSM stopped at, or set stop-window = 0; {WHERE}")
 
 
 def _check_personalization(config: RunConfig) -> None:

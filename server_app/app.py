@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from fedsm_core.preflight import require_valid_run
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.report.run_data import OVERLAY_FOLDER
 from fedsm_core.report.run_report import write_report
+from fedsm_core.methods import METHODS
 from fedsm_core.reporting import write_summary
+from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
 from server_app.discovery import discover_sites
 from server_app.round_clock import RoundClock
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
@@ -36,6 +39,15 @@ def resume(strategy: SiteStrategy, config: RunConfig, sites: tuple[str, ...], re
     reporter.metrics.extend(state["metrics"])
     log(INFO, "Resuming from %s after round %d", config.resume_from, state["round"])
     return int(state["round"]) + 1
+
+
+def stopping_check(config: RunConfig, reporter: ProgressReporter) -> Callable[[int], bool]:
+    """Whether the run's stopping rule (the ``stop-*`` keys) ends training after a round; never without one."""
+    rule = run_stopping_rule(config)
+    score = METHODS[config.strategy].score
+    if rule is None:
+        return lambda server_round: False
+    return lambda server_round: stops_after(validation_curve(reporter.metrics.rows, score), server_round, rule)
 
 
 @app.main()
@@ -56,10 +68,15 @@ def main(grid: Grid, context: Context) -> None:
     checkpoint = folder / CHECKPOINT_FILE
     clock = RoundClock(first_round, strategy.num_rounds)
 
-    def after_round(server_round: int) -> None:
+    stopped = stopping_check(config, reporter)
+    if first_round > 1 and stopped(first_round - 1):  # the checkpoint is from the round the rule ended training at
+        strategy.num_rounds = first_round - 1
+
+    def after_round(server_round: int) -> bool:
         save_checkpoint(checkpoint, server_round, config.to_mapping(), info.site_names, strategy.name,
                         strategy.state_dict(), reporter.metrics.rows)
         log(INFO, "%s", clock.line(server_round))
+        return stopped(server_round)
 
     strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)

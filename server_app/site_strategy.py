@@ -69,12 +69,15 @@ class SiteStrategy(Strategy):
         self.latest_lists: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.traffic = TrafficLog()
 
-    def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], None]) -> None:
+    def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], bool]) -> None:
         """Rounds ``first_round .. num_rounds``: train, aggregate, evaluate, then ``after_round(r)``.
 
         Flower's ``Strategy.start`` always begins at round 1; a resumed run
         begins after its checkpoint's round, so the loop is the app's own.
-        It calls the same strategy methods as ``start`` does.
+        It calls the same strategy methods as ``start`` does. When
+        ``after_round(r)`` returns true (the stopping rule held), training ends
+        after round ``r``, which becomes ``num_rounds``: the test evaluation and
+        the summary then name it.
         """
         self.summary()
         for server_round in range(first_round, self.num_rounds + 1):
@@ -89,7 +92,11 @@ class SiteStrategy(Strategy):
                 messages = list(self.configure_evaluate(server_round, arrays, config, grid))
                 if messages:
                     self.aggregate_evaluate(server_round, self.exchange(grid, messages, timeout, server_round))
-            after_round(server_round)
+            if after_round(server_round) and server_round < self.num_rounds:
+                log(INFO, "Stopping after round %d of %d: validation has stopped improving (stop-* keys)",
+                    server_round, self.num_rounds)
+                self.num_rounds = server_round
+                break
 
     def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float, server_round: int,
                  stage: str | None = None) -> list[Message]:

@@ -230,7 +230,8 @@ def _config(**changes) -> dict:
 def test_the_resumable_keys_are_the_documented_ones():
     # Assert: nothing that shapes training may change silently
     assert RESUMABLE_CHANGES == {"num-server-rounds", "resume-from", "output-dir", "round-timeout", "device",
-                                 "torch-threads", "min-replies"}
+                                 "torch-threads", "min-replies",
+                                 "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every"}
     assert RESUMABLE_CHANGES <= set(RunConfig().to_mapping())
 
 
@@ -242,7 +243,8 @@ def test_an_unchanged_config_is_resumable():
 def test_changes_in_resumable_keys_are_allowed():
     # Prepare
     changed = _config(**{"num-server-rounds": 50, "resume-from": "runs/x/checkpoint.pt", "output-dir": "elsewhere",
-                         "round-timeout": 10.0, "device": "cpu", "torch-threads": 2, "min-replies": 2})
+                         "round-timeout": 10.0, "device": "cpu", "torch-threads": 2, "min-replies": 2,
+                         "stop-window": 20, "stop-min-gain": 0.01, "stop-min-rounds": 30, "stop-check-every": 10})
     assert all(changed[key] != _config()[key] for key in RESUMABLE_CHANGES)
 
     # Execute / Assert: no exception

@@ -1,8 +1,9 @@
-"""The study runner with a stand-in for ``flwr run``: chunks, resume after an interruption, skipping finished runs.
+"""The study runner with a stand-in for ``flwr run``: runs that stop by the rule, resume, skipping finished runs.
 
 The stand-in writes what a run folder holds (``metrics.csv`` with a hand-made
-validation curve, ``checkpoint.pt``, ``test-images.csv``) and checks every
-resume with the ServerApp's own :func:`fedsm_core.checkpoint.check_resumable`.
+validation curve, ``checkpoint.pt``, ``test-images.csv``), checks every resume
+with the ServerApp's own :func:`fedsm_core.checkpoint.check_resumable` and
+stops as the ServerApp does, by the run config's ``stop-*`` keys.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, write_rows as write_
 from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.reporting import CSV_COLUMNS
+from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
 
 SITES = ("site-1", "site-2")
 PLAN = """
@@ -63,13 +65,17 @@ class FakeFlower:
             checkpoint = load_checkpoint(config.resume_from)
             check_resumable(checkpoint, config.to_mapping(), SITES, config.total_rounds, config.resume_from)
             metrics, first = [tuple(r) for r in checkpoint["metrics"]], checkpoint["round"] + 1
-        last = config.total_rounds
+        end = config.total_rounds
         if self.interrupt and self.interrupt[:2] == (config.strategy, config.num_server_rounds):
-            last = self.interrupt[2]
-        metrics += [(r, "val", "pooled", m, curve(r))
-                    for r in range(first, last + 1) for m in ("dice-global", "dice-super")]
+            end = self.interrupt[2]
+        rule, last = run_stopping_rule(config), first - 1
+        while last < end:  # the ServerApp's loop: train, validate, checkpoint, then ask the rule
+            last += 1
+            metrics += [(last, "val", "pooled", m, curve(last)) for m in ("dice-global", "dice-super")]
+            if rule is not None and stops_after(validation_curve(metrics, "dice-super"), last, rule):
+                break
         save_checkpoint(folder / CHECKPOINT_FILE, last, config.to_mapping(), SITES, config.strategy, {}, metrics)
-        if last < config.total_rounds:
+        if last < config.total_rounds and last == end:
             self._write(folder, metrics)
             raise RuntimeError("interrupted")
         metrics += [(last, "test", site, m, 0.7) for site in (*SITES, "pooled") for m in ("dice-global", "dice-super")]
@@ -104,8 +110,8 @@ def test_a_study_extends_by_the_rule_resumes_after_an_interruption_and_skips_wha
     monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled_calls))
     args = ["--plan", str(plan), "--out", str(out)]
 
-    # Execute: FedSM's chunk to round 8 stops at round 7; then the same command twice more
-    first = FakeFlower(interrupt=("fedsm", 8, 7))
+    # Execute: FedSM's run (up to 15 rounds) is interrupted at round 7; then the same command twice more
+    first = FakeFlower(interrupt=("fedsm", 15, 7))
     with pytest.raises(RuntimeError, match="interrupted"):
         study.main(args, launch=first)
     after_interruption = read_rows(out / "results.csv")
@@ -115,20 +121,22 @@ def test_a_study_extends_by_the_rule_resumes_after_an_interruption_and_skips_wha
     third = FakeFlower()
     study.main(args, launch=third)
 
-    # Assert: FedAvg ran 6, 8, 10, 12 rounds, each chunk resuming the previous one
+    # Assert: FedAvg ran once, up to max-rounds with the rule, and stopped itself at round 12
     fedavg = [c for c in first.calls if c["strategy"] == "fedavg"]
-    assert [c["num-server-rounds"] for c in fedavg] == [6, 8, 10, 12]
-    assert "resume-from" not in fedavg[0] and all("resume-from" in c for c in fedavg[1:])
+    assert [c["num-server-rounds"] for c in fedavg] == [15] and "resume-from" not in fedavg[0]
+    assert {k: fedavg[0][k] for k in fedavg[0] if k.startswith("stop-")} == {
+        "stop-window": 2, "stop-min-gain": 0.002, "stop-min-rounds": 6, "stop-check-every": 2}
     assert pooled_calls[0]["num-server-rounds"] == 12  # centralized: as many passes as FedAvg's rounds
     assert _rounds(after_interruption, "fedavg") == _rounds(after_interruption, "centralized") == {12}
     assert not _rounds(after_interruption, "fedsm")
     # The second sitting starts nothing finished and continues FedSM from its round-7 checkpoint.
     assert {c["strategy"] for c in second.calls} == {"fedsm", "fedsm-extra"}
     resumed = second.calls[0]
-    assert resumed["num-server-rounds"] == 8
+    assert resumed["num-server-rounds"] == 15 and resumed["stop-window"] == 2
     assert load_checkpoint(resumed["resume-from"])["round"] == 7
     extra = [c for c in second.calls if c["strategy"] == "fedsm-extra"]
-    assert [c["num-server-rounds"] for c in extra] == [12]  # FedSM's rounds, in one chunk
+    assert [c["num-server-rounds"] for c in extra] == [12]  # FedSM's rounds, fixed: no rule
+    assert not any(k.startswith("stop-") for k in extra[0])
     rows = read_rows(out / "results.csv")
     assert _rounds(rows, "fedsm") == {12}
     assert _rounds(rows, "fedsm-extra") == {12 + 10}  # its models' rounds plus extra-rounds = 10 for the selector
@@ -192,8 +200,27 @@ def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp
                     .replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg"').split("[methods]")[0])
     launch = FakeFlower()
     study.main(["--plan", str(plan), "--out", str(out), "--datasets", "synthetic-fundus-style"], launch=launch)
-    assert [c["dataset"] for c in launch.calls] == ["synthetic-fundus-style"] * 4  # 6, 8, 10, 12 rounds
+    assert [c["dataset"] for c in launch.calls] == ["synthetic-fundus-style"]
     assert "run 1 of 1, 1 left" in capsys.readouterr().out  # progress counts the named datasets only
     assert "0 of 2 runs finished at the start; ran only synthetic-fundus-style" in (out / "commands.md").read_text()
     with pytest.raises(ValueError, match="--datasets: \\['drishti'\\] are not in the plan"):
         study.main(["--plan", str(plan), "--out", str(out), "--datasets", "drishti"], launch=launch)
+
+
+def test_a_run_an_earlier_study_extended_chunk_by_chunk_continues_from_its_last_chunk(tmp_path, monkeypatch):
+    # Prepare: FedAvg's folder holds a finished chunk of 8 rounds without the stop-* keys (how the study
+    # used to extend runs); at round 8 the rule has not held (gain 0.08 over 2 rounds)
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(PLAN.replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg"').split("[methods]")[0])
+    key = study.plan_jobs(study.load_plan(plan))[0][0]
+    folder = key.folder(out / "runs")
+    settings = {**study.load_plan(plan).settings("synthetic-fundus", "fedavg"), "seed": 0, "data-seed": 0}
+    FakeFlower()({**settings, "num-server-rounds": 8}, folder, "an old chunk")
+
+    # Execute
+    launch = FakeFlower()
+    study.main(["--plan", str(plan), "--out", str(out)], launch=launch)
+
+    # Assert: one more flwr run, from the old chunk's round-8 checkpoint, stopping by the rule at 12
+    assert len(launch.calls) == 1 and load_checkpoint(launch.calls[0]["resume-from"])["round"] == 8
+    assert _rounds(read_rows(out / "results.csv"), "fedavg") == {12}

@@ -222,3 +222,24 @@ def test_every_message_names_the_runs_state_key_and_a_resumed_run_keeps_the_orig
         messages = list(built.configure_train(1, None, None, FakeGrid(events)))
         assert {records.decode_state_key(m.content) for m in messages} == {"first-run"}
     assert records.decode_state_key(strategy.evaluation_messages("val")[0].content) == "first-run"
+
+
+def test_when_after_round_says_stop_training_ends_and_that_round_becomes_the_last():
+    # Prepare: the stopping rule (stand-in) holds after round 4 of 10
+    events: list[tuple] = []
+    strategy = SpyStrategy(events, eval_every=2, num_rounds=10)
+
+    # Execute
+    strategy.run(FakeGrid(events), 1, 12.5, lambda r: events.append(("after_round", r)) or r == 4)
+
+    # Assert: rounds 1-4 trained, each checkpointed (after_round), and the test will name round 4
+    assert _rounds_of(events, "configure_train") == [1, 2, 3, 4]
+    assert _rounds_of(events, "after_round") == [1, 2, 3, 4]
+    assert strategy.num_rounds == 4
+
+
+def test_a_stop_on_the_last_round_changes_nothing():
+    events: list[tuple] = []
+    strategy = SpyStrategy(events, eval_every=2, num_rounds=3)
+    strategy.run(FakeGrid(events), 1, 12.5, lambda r: True if r == 3 else None)
+    assert _rounds_of(events, "configure_train") == [1, 2, 3] and strategy.num_rounds == 3
