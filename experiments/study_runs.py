@@ -170,22 +170,27 @@ def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule:
     extra = config.extra_rounds if METHODS[config.strategy].extra_selector else None
     score = METHODS[key.method].score
     target = rule.max_rounds if fixed_rounds is None else fixed_rounds
-    for attempt in range(2):
-        chunks = read_chunks(folder) if folder.is_dir() else []
-        done = max((c for c in chunks if completes(c, fixed_rounds, rule, score)),
-                   key=lambda c: c.checkpoint_round, default=None)
-        if done is not None:
-            return done.folder
-        if attempt:
-            raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
-        start = resume_point(chunks, target, extra)
-        overrides = {**settings, "num-server-rounds": target, **(stop_keys(rule) if fixed_rounds is None else {}),
-                     **({"resume-from": str(start)} if start else {})}
-        began = time.monotonic()
-        launch(overrides, folder, f"study {key} to round {target}" + (" or the rule" if fixed_rounds is None else ""))
-        record_seconds(folder, f"rounds 1-{target}" if start is None else f"rounds to {target} from {start}",
-                       time.monotonic() - began)
-    raise AssertionError("unreachable")
+    chunks = read_chunks(folder) if folder.is_dir() else []
+    done = result_chunk(chunks, fixed_rounds, rule, score)
+    if done is not None:
+        return done.folder
+    start = resume_point(chunks, target, extra)
+    overrides = {**settings, "num-server-rounds": target, **(stop_keys(rule) if fixed_rounds is None else {}),
+                 **({"resume-from": str(start)} if start else {})}
+    began = time.monotonic()
+    launch(overrides, folder, f"study {key} to round {target}" + (" or the rule" if fixed_rounds is None else ""))
+    record_seconds(folder, f"rounds 1-{target}" if start is None else f"rounds to {target} from {start}",
+                   time.monotonic() - began)
+    done = result_chunk(read_chunks(folder), fixed_rounds, rule, score)
+    if done is None:
+        raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
+    return done.folder
+
+
+def result_chunk(chunks: Sequence[Chunk], fixed_rounds: int | None, rule: StoppingRule, score: str) -> Chunk | None:
+    """The chunk that holds the run's result (see :func:`completes`), the furthest if several do."""
+    return max((c for c in chunks if completes(c, fixed_rounds, rule, score)), key=lambda c: c.checkpoint_round,
+               default=None)
 
 
 def record_seconds(folder: Path, part: str, seconds: float) -> None:
