@@ -104,6 +104,18 @@ def main(grid: Grid, context: Context) -> None:
 
     strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)
+    validation_notes = run_test(grid, strategy, config, folder)
+    saved = save_model(folder)
+    wall = time.monotonic() - started
+    strategy.traffic.add_time(0, "server-app", wall)
+    strategy.traffic.write(folder)
+    write_outcome(folder, config, strategy, reporter, [f"wall time {wall:.1f} s", f"model: {saved.name}",
+                                                       *validation_notes])
+    log(INFO, "%s finished in %.1f s; results in %s", strategy.name, wall, folder)
+
+
+def run_test(grid: Grid, strategy: SiteStrategy, config: RunConfig, folder: Path) -> list[str]:
+    """Settle what validation chooses (FedSM's gamma), then evaluate the test split; returns the validation notes."""
     validation_notes = strategy.finish_validation()
     strategy.prepare_evaluation(grid, strategy.num_rounds, config.round_timeout, "test")
     test_messages = strategy.evaluation_messages("test")
@@ -111,11 +123,12 @@ def main(grid: Grid, context: Context) -> None:
         ask_for_overlays(message.content, str(folder / OVERLAY_FOLDER))
     test_replies = strategy.exchange(grid, test_messages, config.round_timeout, strategy.num_rounds, stage="test")
     strategy.collect_evaluation(strategy.num_rounds, "test", test_replies)
-    saved = save_model(folder)
-    wall = time.monotonic() - started
-    strategy.traffic.add_time(0, "server-app", wall)
-    strategy.traffic.write(folder)
-    notes = [f"wall time {wall:.1f} s", f"model: {saved.name}", *validation_notes]
+    return validation_notes
+
+
+def write_outcome(folder: Path, config: RunConfig, strategy: SiteStrategy, reporter: ProgressReporter,
+                  notes: list[str]) -> None:
+    """``summary.md`` (with every missed round and missing test result) and ``report.html``."""
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)
         notes.append(f"round {server_round}: {site} missed ({why})")
@@ -131,7 +144,6 @@ def main(grid: Grid, context: Context) -> None:
         notes,
     )
     write_run_report(folder)
-    log(INFO, "%s finished in %.1f s; results in %s", strategy.name, wall, folder)
 
 
 def write_run_report(folder: Path) -> None:

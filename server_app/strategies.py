@@ -54,11 +54,9 @@ class Setup:
         """Where the run's deployed model goes in ``folder`` (the table's model file)."""
         return folder / self.method.model_file
 
-    def extra(self, **more: object) -> dict[str, object]:
-        """What every saved model records about its run."""
-        config = self.config
-        return {"dataset": config.dataset, "rounds": config.total_rounds, "preprocessing": self.info.preprocessing,
-                **more}
+    def extra(self, rounds: int, **more: object) -> dict[str, object]:
+        """What every saved model records about its run (``rounds``: those it trained, the stopping rule included)."""
+        return {"dataset": self.config.dataset, "rounds": rounds, "preprocessing": self.info.preprocessing, **more}
 
 
 Saver = Callable[[Path], Path]
@@ -84,8 +82,9 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
                                  gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
 
     def save(folder: Path) -> Path:
-        extra = setup.extra(**{"softpull-lambda": config.softpull_lambda, "held-out-site": config.held_out_site,
-                               "personalization": config.personalization})
+        extra = setup.extra(strategy.num_rounds, **{"softpull-lambda": config.softpull_lambda,
+                                                     "held-out-site": config.held_out_site,
+                                                     "personalization": config.personalization})
         selector = fedsm.selector_weights
         gamma = strategy.gamma
         if isinstance(strategy, FedSMExtraStrategy):
@@ -109,7 +108,7 @@ def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
 
     def save(folder: Path) -> Path:
         return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,
-                                 strategy.global_weights, setup.extra(strategy=config.strategy))
+                                 strategy.global_weights, setup.extra(strategy.num_rounds, strategy=config.strategy))
 
     return strategy, save
 
@@ -124,7 +123,8 @@ def _build_site_models(setup: Setup) -> tuple[SiteStrategy, Saver]:
         # No single model serves every site: each site's file holds its own normalization layers.
         for site in setup.info.site_names:
             save_global_model(setup.model_path(folder) / f"{site}.pt", setup.spec, setup.info.structures,
-                              config.image_size, strategy.model_of(site), setup.extra(strategy=config.strategy, site=site))
+                              config.image_size, strategy.model_of(site),
+                              setup.extra(strategy.num_rounds, strategy=config.strategy, site=site))
         return setup.model_path(folder)
 
     return strategy, save
