@@ -39,7 +39,10 @@ def write_long_csv(path: str | Path, rows: Iterable[Mapping[str, object]]) -> Pa
     return path
 
 
-def _mean_std(values: Sequence[float]) -> str:
+def mean_std(values: Sequence[float]) -> str:
+    """``mean ± std`` (sample std) to 4 decimals; the mean alone for one value, ``-`` for none."""
+    if not values:
+        return "-"
     mean = sum(values) / len(values)
     if len(values) == 1:
         return f"{mean:.4f}"
@@ -69,11 +72,11 @@ def comparison_table(rows: Iterable[Mapping[str, str]], sites: Sequence[str], me
         cells = []
         for column in [*sites, POOLED]:
             found = [per_site[column] for per_site in seeds.values() if column in per_site]
-            cells.append(_mean_std(found) if found else "-")
+            cells.append(mean_std(found) if found else "-")
         averages = [
             sum(per_site[s] for s in sites) / len(sites) for per_site in seeds.values() if all(s in per_site for s in sites)
         ]
-        cells.insert(len(sites), _mean_std(averages) if averages else "-")
+        cells.insert(len(sites), mean_std(averages) if averages else "-")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return lines
 

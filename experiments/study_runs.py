@@ -41,7 +41,9 @@ ROWS_FILE = "study-rows.csv"
 CHUNKS_FILE = "chunks.jsonl"
 ROW_COLUMNS = ("dataset", "method", "seed", "run", "kind", "round", "site", "image", "value")
 # kind: "test" (reported Dice per site and pooled), "image" (Dice of a test image with foreground),
-# "val" (pooled validation Dice per evaluated round), "seconds" (wall time of the whole run)
+# "val" (pooled validation Dice per evaluated round), "seconds" (wall time of the whole run), and for
+# FedSM's family the super model's parts tested alone (PART_KINDS: kind -> the ServerApp's test metric)
+PART_KINDS = {"test-global": "dice-global", "test-personal": "dice-personal"}
 Launch = Callable[[dict[str, object], Path, str], Path]
 
 
@@ -215,7 +217,13 @@ def federated_rows(key: RunKey, final: Path, images: Sequence[tuple[str, str, bo
     score = METHODS[key.method].score
     rounds = max((int(r["round"]) for r in metrics if r["split"] == "test"), default=0)
     tests = [(r["site"], float(r["value"])) for r in metrics if r["split"] == "test" and r["metric"] == score]
-    return result_rows(key, rounds, tests, images, validation_curve(metric_rows(metrics), score), seconds)
+    rows = result_rows(key, rounds, tests, images, validation_curve(metric_rows(metrics), score), seconds)
+    if METHODS[key.method].family == "fedsm":  # the global model alone, each site's own personalized model alone
+        base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed, "run": key.digest}
+        rows += [{**base, "kind": kind, "round": rounds, "site": r["site"], "image": "", "value": float(r["value"])}
+                 for kind, metric in PART_KINDS.items() for r in metrics
+                 if r["split"] == "test" and r["metric"] == metric]
+    return rows
 
 
 def result_rows(key: RunKey, rounds: int, tests: Sequence[tuple[str, float]],

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.compare import FEDERATED
-from experiments.comparison_table import best_so_far, comparison_table
-from experiments.study_runs import read_rows
+from experiments.comparison_table import best_so_far, comparison_table, mean_std
+from experiments.study_runs import PART_KINDS, read_rows
 
 DISPLAY = {"centralized": "Centralized", **FEDERATED}
 DRAWS = 2000
@@ -104,6 +104,38 @@ def dataset_table(rows: Sequence[Mapping[str, str]], dataset: str, draws: int = 
     return lines
 
 
+def client_averages(rows: Sequence[Mapping[str, str]], kind: str) -> dict[str, float]:
+    """Seed -> the mean over sites (pooled left out) of the rows of ``kind``."""
+    by_seed: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row["kind"] == kind and row["site"] != POOLED:
+            by_seed[row["seed"]].append(float(row["value"]))
+    return {seed: float(np.mean(values)) for seed, values in by_seed.items()}
+
+
+def parts_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
+    """Markdown lines: the super model against its own parts, client-average test Dice, mean ± std over seeds.
+
+    The gain is ``super - max(global alone, own personalized alone)`` per seed:
+    what routing adds over the better of the two models it routes between.
+    """
+    mine = [r for r in rows if r["dataset"] == dataset]
+    methods = list(dict.fromkeys(r["method"] for r in mine if r["kind"] in PART_KINDS))
+    if not methods:
+        return []
+    lines = ["Super model against its parts (client average of the test Dice):", "",
+             "| method | global model alone | own personalized model | super model | super - better part | seeds |",
+             "|---|---|---|---|---|---|"]
+    for method in methods:
+        runs = [r for r in mine if r["method"] == method]
+        alone, own, routed = (client_averages(runs, kind) for kind in (*PART_KINDS, "test"))
+        seeds = sorted(set(alone) & set(own) & set(routed), key=int)
+        gain = [routed[s] - max(alone[s], own[s]) for s in seeds]
+        cells = [mean_std([part[s] for s in seeds]) for part in (alone, own, routed)]
+        lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join([*cells, mean_std(gain), str(len(seeds))]) + " |")
+    return lines
+
+
 def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
     """The whole ``table.md``: one section per dataset, in the CSV's order."""
     seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "test"})
@@ -111,6 +143,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
             f"({draws} draws). Regenerate: `python -m experiments.study_table --csv results.csv --out table.md`.", ""]
     for dataset in dict.fromkeys(r["dataset"] for r in rows if r["kind"] == "test"):
         text += [f"## {dataset}", "", *dataset_table(rows, dataset, draws), ""]
+        parts = parts_table(rows, dataset)
+        text += [*parts, ""] if parts else []
     return "\n".join(text)
 
 

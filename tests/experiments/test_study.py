@@ -78,7 +78,8 @@ class FakeFlower:
         if last < config.total_rounds and last == end:
             self._write(folder, metrics)
             raise RuntimeError("interrupted")
-        metrics += [(last, "test", site, m, 0.7) for site in (*SITES, "pooled") for m in ("dice-global", "dice-super")]
+        metrics += [(last, "test", site, m, value) for site in (*SITES, "pooled")
+                    for m, value in (("dice-global", 0.7), ("dice-super", 0.7), ("dice-personal", 0.65))]
         self._write(folder, metrics)
         write_image_rows(folder / IMAGE_DICE_FILE, [("site-1", "site-1/0001", True, 0.6),
                                                     ("site-2", "site-2/0001", True, 0.8)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.study_runs import read_rows
-from experiments.study_table import bootstrap_interval, dataset_table, mean_curves
+from experiments.study_table import bootstrap_interval, dataset_table, mean_curves, parts_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "study_sample"
@@ -72,3 +72,26 @@ def test_a_method_without_image_rows_shows_no_interval_and_curves_average_seeds(
     curves = mean_curves(rows, "synthetic-fundus")
     assert set(curves) == {"FedAvg", "Centralized", "FedSM"}
     assert curves["FedAvg"][-1][0] == 70  # seed 1 ran 70 rounds; the last point is its alone
+
+
+def _part_rows(seed: str, kind: str, values: dict[str, float]) -> list[dict[str, str]]:
+    return [{"dataset": "d", "method": "fedsm", "seed": seed, "run": "x", "kind": kind, "round": "60", "site": site,
+             "image": "", "value": str(value)} for site, value in values.items()]
+
+
+def test_the_parts_table_compares_the_super_model_with_the_better_part_per_seed():
+    # Seed 0: global alone 0.7 (mean of 0.6, 0.8), own personalized 0.75, super 0.8 -> gain 0.05 over personalized
+    # Seed 1: global alone 0.9, own personalized 0.6, super 0.85 -> gain -0.05 (worse than the global model)
+    rows = [*_part_rows("0", "test-global", {"site-1": 0.6, "site-2": 0.8, "pooled": 0.99}),
+            *_part_rows("0", "test-personal", {"site-1": 0.7, "site-2": 0.8}),
+            *_part_rows("0", "test", {"site-1": 0.8, "site-2": 0.8}),
+            *_part_rows("1", "test-global", {"site-1": 0.9, "site-2": 0.9}),
+            *_part_rows("1", "test-personal", {"site-1": 0.6, "site-2": 0.6}),
+            *_part_rows("1", "test", {"site-1": 0.85, "site-2": 0.85})]
+
+    lines = parts_table(rows, "d")
+
+    # mean +- sample std over the 2 seeds: global 0.8 +- 0.1414, personal 0.675 +- 0.1061, super 0.825 +- 0.0354,
+    # gain 0.0 +- 0.0707
+    assert lines[-1] == "| FedSM | 0.8000 ± 0.1414 | 0.6750 ± 0.1061 | 0.8250 ± 0.0354 | 0.0000 ± 0.0707 | 2 |"
+    assert parts_table([r for r in rows if r["kind"] == "test"], "d") == []  # not a FedSM run: no table
