@@ -17,6 +17,7 @@ SELECTOR = "selector"
 SELECTOR_OPTIMIZER = "selector-optimizer"
 CONFIG = "config"
 METRICS = "metrics"
+SITE_SECONDS = "site-seconds"  # in a training reply's metrics: wall seconds the site spent on the message
 SITE = "site"
 ROUTE = "route"  # {"site-name": ...}: the site a message is for (a simulated node may serve several)
 NODE = "node"  # a node's identity: its node config's site-name, or its partition-id and num-partitions

@@ -6,6 +6,7 @@ report can be rebuilt from ``results.json`` and tested on hand-made values.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -123,6 +124,35 @@ def _ratio_lines(flwr: Mapping[str, object], local: Mapping[str, object]) -> tup
     return row, sentence
 
 
+def largest_first_makespan(seconds: Sequence[float], workers: int) -> float:
+    """How long ``workers`` take for jobs of ``seconds`` handed out largest first, each to the first free worker."""
+    if workers < 1:
+        raise ValueError(f"workers = {workers}: a run trains on at least one Ray worker")
+    free = [0.0] * workers
+    for job in sorted(seconds, reverse=True):
+        heapq.heapreplace(free, free[0] + job)  # free[0]: the worker that is free first (a min-heap)
+    return max(free)
+
+
+def _schedule_lines(flwr: Mapping[str, object], local: Mapping[str, object]) -> list[str]:
+    """Where a training exchange goes: the sites' own time, and the rest (transfer, queueing)."""
+    per_round = flwr.get("site-seconds") or []
+    if not per_round or "workers" not in flwr:
+        return []
+    workers = flwr["workers"]
+    summed = _seconds([sum(r) for r in per_round])
+    best = _seconds([largest_first_makespan(r, workers) for r in per_round])
+    exchange = _seconds(flwr["train-seconds"])
+    return ["", f"Inside the training exchange, mean per round (the sites report their own time on a training "
+                f"message; {workers} workers):", "",
+            "| | seconds |", "|---|---|",
+            f"| in-process training | {_seconds(local['train-seconds']):.1f} |",
+            f"| the sites' own time, summed | {summed:.1f} |",
+            f"| those times on {workers} workers, largest first (no transfer, no waiting) | {best:.1f} |",
+            f"| measured training exchange | {exchange:.1f} |",
+            f"| rest: transfer, decoding, queueing | {exchange - best:.1f} |"]
+
+
 def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) -> list[str]:
     """Wall time of the same training through ``flwr run`` and as a plain loop in one process."""
     rounds_f, rounds_l = flwr["round-seconds"], local["round-seconds"]
@@ -143,6 +173,7 @@ def overhead_section(flwr: Mapping[str, object], local: Mapping[str, object]) ->
     ratio = _ratio_lines(flwr, local) if "workers" in flwr else None  # results of an older benchmark lack it
     if ratio:
         lines += [ratio[0], "", ratio[1]]
+    lines += _schedule_lines(flwr, local)
     lines += ["", (f"Pooled test Dice of the super model: flwr run {flwr['test-dice-super']:.4f}, "
                    f"in-process {local['test-dice-super']:.4f}. Peak memory: flwr run {flwr['peak-rss-gib']:.2f} GiB "
                    f"(all its processes), in-process {local['max-rss-gib']:.2f} GiB (max RSS of the benchmark "

@@ -30,7 +30,7 @@ from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
-from server_app.traffic import TIMING_FILE, TRAFFIC_FILE, array_record_bytes
+from server_app.traffic import SITE_TRAIN, TIMING_FILE, TRAFFIC_FILE, array_record_bytes
 
 MARKER_VARIABLE = "FEDSM_BENCH_RUN"
 # Local SuperLink ports of the benchmark's runs (Flower's defaults are 39091 / 39093).
@@ -56,13 +56,20 @@ def round_times(timing: list[dict[str, str]]) -> dict[str, float | list[float]]:
     """Wall times of a run from its ``timing.csv`` rows.
 
     Returns ``round-seconds`` and ``train-seconds`` (the training exchange),
-    one per round in round order, and ``setup-seconds``, ``test-seconds`` and
+    one per round in round order, ``site-seconds`` (per round, the seconds
+    each site reported for its training message; empty from an app that does
+    not report them), and ``setup-seconds``, ``test-seconds`` and
     ``server-app-seconds`` (NaN when missing).
     """
     rounds = sorted((int(r["round"]), float(r["seconds"])) for r in timing if r["part"] == "round")
     single = {r["part"]: float(r["seconds"]) for r in timing if r["part"] in ("setup", "test", "server-app")}
     train = sorted((int(r["round"]), float(r["seconds"])) for r in timing if r["part"] == "train")
+    sites: dict[int, list[float]] = {}
+    for r in timing:
+        if r["part"] == SITE_TRAIN:
+            sites.setdefault(int(r["round"]), []).append(float(r["seconds"]))
     return {"round-seconds": [seconds for _, seconds in rounds], "train-seconds": [seconds for _, seconds in train],
+            "site-seconds": [sites[r] for r in sorted(sites)],
             **{f"{part}-seconds": single.get(part, float("nan")) for part in ("setup", "test", "server-app")}}
 
 

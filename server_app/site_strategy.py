@@ -113,6 +113,8 @@ class SiteStrategy(Strategy):
             replies = list(grid.send_and_receive(messages, timeout=timeout))
         self.remember_destinations(messages)
         self.traffic.add_messages(server_round, stage, RECEIVED, replies, self.site_of)
+        if stage == MessageType.TRAIN:
+            self.traffic.add_site_seconds(server_round, replies, self.site_of)
         return self.in_site_order(replies)
 
     def in_site_order(self, replies: list[Message]) -> list[Message]:

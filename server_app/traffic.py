@@ -23,11 +23,16 @@ from typing import Self
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
+from app_protocol.records import METRICS as METRICS_RECORD
+from app_protocol.records import SITE_SECONDS
+
 TRAFFIC_FILE = "traffic.csv"
 TIMING_FILE = "timing.csv"
 TRAFFIC_COLUMNS = ("round", "stage", "site", "direction", "bytes", "array-bytes")
 # ``ended`` is Unix time (s): it lines a part up with samples taken by other tools (GPU use, memory).
-TIMING_COLUMNS = ("round", "part", "seconds", "ended")
+# ``site`` is set on the rows a site reported itself (part ``train-site``: its time on a training message).
+TIMING_COLUMNS = ("round", "part", "seconds", "ended", "site")
+SITE_TRAIN = "train-site"
 SENT, RECEIVED = "sent", "received"
 NUMBER_BYTES = 8
 
@@ -68,7 +73,8 @@ class TrafficLog:
 
     Rows of ``rows``: ``round, stage, site, direction, bytes, array-bytes``, one
     per message (``stage`` is the message type, or a label such as ``test``).
-    Rows of ``timings``: ``round, part, seconds, ended`` (Unix time at the end of the part).
+    Rows of ``timings``: ``round, part, seconds, ended`` (Unix time at the end of the part) and
+    ``site``, empty except on the rows of a site's own time.
     """
 
     def __init__(self) -> None:
@@ -93,14 +99,29 @@ class TrafficLog:
             self.rows.append({"round": server_round, "stage": stage, "site": site,
                               "direction": direction, "bytes": total, "array-bytes": arrays})
 
-    def add_time(self, server_round: int, part: str, seconds: float, ended: float | None = None) -> None:
+    def add_time(self, server_round: int, part: str, seconds: float, ended: float | None = None,
+                 site: str = "") -> None:
         """Record the wall time of one part (``train``, ``evaluate``, ``round``, ...) of a round.
 
         ``ended`` (Unix time) defaults to now, the usual case of a part that just finished.
         """
         ended = time.time() if ended is None else ended
         self.timings.append({"round": server_round, "part": part, "seconds": round(seconds, 4),
-                             "ended": round(ended, 3)})
+                             "ended": round(ended, 3), "site": site})
+
+    def add_site_seconds(self, server_round: int, replies: Iterable[Message],
+                         site_of: Callable[[Message], str]) -> None:
+        """One ``train-site`` row per training reply that reports its site's own seconds.
+
+        Against the exchange's ``train`` row this splits a round into the sites'
+        work and the rest (transfer, queueing, a site waiting for a worker).
+        """
+        for reply in replies:
+            if reply.has_error():
+                continue
+            seconds = reply.content[METRICS_RECORD].get(SITE_SECONDS) if METRICS_RECORD in reply.content else None
+            if isinstance(seconds, (int, float)):
+                self.add_time(server_round, SITE_TRAIN, float(seconds), site=site_of(reply))
 
     def timed(self, server_round: int, part: str) -> _Timer:
         """Context manager that records the wall time of its block as ``part`` of ``server_round``."""

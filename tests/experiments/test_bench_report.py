@@ -11,6 +11,7 @@ from experiments.bench_plot import sites_series, write_scaling_plot
 from experiments.bench_report import (
     expected_bytes,
     gpu_section,
+    largest_first_makespan,
     memory_by_role,
     overhead_section,
     round_time_ratio,
@@ -116,6 +117,37 @@ def test_round_times_from_a_timing_file():
     assert times["round-seconds"] == [9.0, 7.0] and times["train-seconds"] == [6.0]
     assert times["setup-seconds"] == 3.5 and times["server-app-seconds"] == 30.0
     assert math.isnan(times["test-seconds"])
+    assert times["site-seconds"] == []  # an app that does not report its sites' own time
+
+
+def test_round_times_collects_each_round_s_site_seconds():
+    rows = [{"round": "2", "part": "train-site", "seconds": "1.5", "site": "site-1"},
+            {"round": "1", "part": "train-site", "seconds": "2", "site": "site-2"},
+            {"round": "1", "part": "train-site", "seconds": "3", "site": "site-1"}]
+    assert round_times(rows)["site-seconds"] == [[2.0, 3.0], [1.5]]
+
+
+def test_largest_first_by_hand():
+    # 2 workers: 6.88 | 4.33; 4.33 + 1.97 = 6.30; + 1.72 = 8.02; 6.88 + 1.20 = 8.08; 8.02 + 1.17 = 9.19
+    assert largest_first_makespan([1.20, 1.97, 1.17, 4.33, 1.72, 6.88], 2) == pytest.approx(9.19)
+    assert largest_first_makespan([1.0, 2.0, 3.0], 1) == pytest.approx(6.0)  # one worker: the sum
+    assert largest_first_makespan([1.0, 2.0, 3.0], 5) == pytest.approx(3.0)  # more workers: the largest
+    with pytest.raises(ValueError, match="workers = 0"):
+        largest_first_makespan([1.0], 0)
+
+
+def test_overhead_section_splits_the_training_exchange_into_the_sites_time_and_the_rest():
+    flwr = _run([12.0, 8.0], workers=2, **{"site-seconds": [[4.0, 3.0, 2.0], [5.0, 1.0]]})
+    local = {"total-seconds": 40.0, "round-seconds": [18.0, 18.0], "train-seconds": [15.0, 17.0],
+             "setup-seconds": 2.0, "test-seconds": 2.0, "test-dice-super": 0.8, "max-rss-gib": 1.5}
+
+    text = "\n".join(overhead_section(flwr, local))
+
+    # sums 9 and 6 -> 7.5; largest first on 2 workers: max(4, 3 + 2) = 5 and max(5, 1) = 5 -> 5.0;
+    # exchange (6 + 4) / 2 = 5.0, so nothing is left for transfer and queueing
+    assert "| the sites' own time, summed | 7.5 |" in text
+    assert "| those times on 2 workers, largest first (no transfer, no waiting) | 5.0 |" in text
+    assert "| measured training exchange | 5.0 |" in text and "| rest: transfer, decoding, queueing | 0.0 |" in text
 
 
 def test_each_configuration_runs_once():

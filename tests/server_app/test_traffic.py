@@ -117,4 +117,19 @@ def test_write_creates_both_csv_files(tmp_path):
              "array-bytes": "445"}]
     with (tmp_path / "timing.csv").open() as handle:
         assert list(csv.DictReader(handle)) == [{"round": "1", "part": "round", "seconds": "2.1235",
-                                                  "ended": "1800000000.123"}]
+                                                  "ended": "1800000000.123", "site": ""}]
+
+
+def test_a_site_s_own_seconds_become_a_train_site_row_and_errors_and_old_replies_none():
+    # Prepare: node 101 reports 3.5 s, node 102 replies without the metric (an older ClientApp), node 103 fails
+    replies = [reply(101, {"metrics": MetricRecord({"num-examples": 4, "site-seconds": 3.5})}),
+               reply(102, {"metrics": MetricRecord({"num-examples": 4})}),
+               error_reply(103, "boom")]
+    log = TrafficLog()
+
+    # Execute
+    log.add_site_seconds(2, replies, lambda message: f"site of node {message.metadata.src_node_id}")
+
+    # Assert
+    assert [(r["round"], r["part"], r["seconds"], r["site"]) for r in log.timings] == [
+        (2, "train-site", 3.5, "site of node 101")]
