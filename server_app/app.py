@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
@@ -52,32 +50,10 @@ def stopping_check(config: RunConfig, reporter: ProgressReporter) -> Callable[[i
     return lambda server_round: stops_after(validation_curve(reporter.metrics.rows, score), server_round, rule)
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD_BYTES = 128 * 1024
-
-
-def return_freed_arrays() -> bool:
-    """Make glibc map every allocation above 128 KiB on its own, so freed message arrays leave the process.
-
-    glibc raises its mmap threshold to the size of each mapped block freed, up
-    to 32 MiB; after the first round the server's decoded and encoded model
-    arrays (tens of MB per site and round) come from the heap and stay
-    resident. A fixed threshold keeps them mapped. Only this process: the
-    server trains nothing, while in a ClientApp it would map and unmap every
-    activation of every training step. Returns whether it applied (glibc only).
-    """
-    name = ctypes.util.find_library("c")
-    try:
-        return bool(name) and ctypes.CDLL(name).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
-    except (OSError, AttributeError):  # not glibc (no mallopt)
-        return False
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the strategy of ``[tool.flwr.app.config]`` and write metrics, summary and model."""
     started = time.monotonic()
-    return_freed_arrays()
     config = RunConfig.from_mapping(context.run_config)
     require_valid_run(config)  # before a run folder exists or any node is asked
     info = training_dataset(config.dataset, config.held_out_site)
