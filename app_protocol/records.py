@@ -57,8 +57,8 @@ def decode_array(array: Array) -> np.ndarray:
     """``array.numpy()``, about 5x faster for the C-ordered arrays this app sends; a writable copy.
 
     Flower's ``Array.numpy`` runs ``np.load``, which parses every ``.npy``
-    header with ``ast.literal_eval``: a third of the ServerApp's decoding of a
-    FedSM round (about 2,400 arrays). Here the dtype and shape come from the
+    header with ``ast.literal_eval``: half of the ServerApp's aggregation of a
+    FedSM round with six sites (about 2,400 arrays). Here the dtype and shape come from the
     Array's own fields and the data after the header is copied out as is;
     an array in Fortran order, or with a header this does not recognise,
     goes through ``np.load``. A dtype or shape that does not match the data
