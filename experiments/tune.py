@@ -135,6 +135,8 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
 
     A candidate found in ``done`` (same method and the same complete run config)
     is read, not rerun; ``sweep.csv`` is rewritten after every new candidate.
+    The trials returned (and written) end with the candidates of ``done`` that
+    this grid did not reach, so an interrupted or narrower sweep loses none.
     """
     chosen: dict[str, dict[str, object]] = {}
     trials: list[dict] = []
@@ -147,14 +149,20 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
             trial = finished.get((method, config)) or \
                 {**_run_trial(method, key, value, settings, seed, out), "config": config}
             trials.append(trial)
-            write_trials(out, trials)
+            write_trials(out, with_unreached(trials, done or []))
             scores[value] = trial["val-dice"]
             print(f"[tune] {method} {key}={value}: pooled val Dice {scores[value]:.4f}", flush=True)
         best = choose(scores)
         for heir in heirs:
             chosen.setdefault(heir, {})[key] = best
         print(f"[tune] {method}: chose {key}={best}", flush=True)
-    return chosen, trials
+    return chosen, with_unreached(trials, done or [])
+
+
+def with_unreached(trials: list[dict], done: list[dict]) -> list[dict]:
+    """``trials`` followed by the finished candidates of ``done`` that are not among them, in their order."""
+    reached = {(t["method"], t["config"]) for t in trials}
+    return trials + [t for t in done if (t["method"], t["config"]) not in reached]
 
 
 def trial_config(settings: dict[str, object], key: str, value: float) -> str:

@@ -67,6 +67,35 @@ def test_a_second_call_reads_finished_candidates_and_refuses_other_settings(tmp_
         load_trials(tmp_path, {**settings, "seed": 1})
 
 
+def test_a_narrower_or_interrupted_sweep_keeps_the_candidates_it_did_not_reach(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(method, seed, overrides, out):
+        calls.append((method, overrides.get("softpull-lambda", overrides["lr"])))
+        return [], [(5, overrides.get("softpull-lambda", overrides["lr"]))]
+
+    monkeypatch.setattr("experiments.tune.run_federated", fake_run)
+    settings = {"run-config": {"num-server-rounds": 5}, "seed": 0}
+    base, steps = {"num-server-rounds": 5}, select_steps(["fedavg", "fedsm"])
+    grid = {"lr": [0.001, 0.002], "softpull-lambda": [0.5, 0.9]}
+    sweep(base, grid, 0, tmp_path, steps, [])
+    assert len(calls) == 4
+
+    def interrupted(method, seed, overrides, out):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("experiments.tune.run_federated", interrupted)
+    wider = {"lr": [0.001, 0.002, 0.005], "softpull-lambda": [0.5, 0.9]}
+    with pytest.raises(KeyboardInterrupt):  # stopped in its first new candidate, before the FedSM step
+        sweep(base, wider, 0, tmp_path, steps, load_trials(tmp_path, settings))
+    kept = load_trials(tmp_path, settings)
+    assert sorted((t["method"], t["value"]) for t in kept) == [("fedavg", 0.001), ("fedavg", 0.002),
+                                                               ("fedsm", 0.5), ("fedsm", 0.9)]
+    monkeypatch.setattr("experiments.tune.run_federated", fake_run)
+    _, trials = sweep(base, {"lr": [0.002], "softpull-lambda": [0.9]}, 0, tmp_path, steps, kept)
+    assert len(calls) == 4 and len(trials) == 4 and len(load_trials(tmp_path, settings)) == 4
+
+
 def test_every_step_sweeps_a_real_run_config_key_and_fedavgs_lr_reaches_the_pooled_methods():
     from fedsm_core.config import RunConfig
 
