@@ -38,6 +38,7 @@ import torch
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
 from experiments.progress import over_runs
+from experiments.study_runs import interrupted_checkpoint
 from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
@@ -110,9 +111,18 @@ def launch_run(settings: dict[str, object], runs: Path, label: str, env: dict[st
 
 
 def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
-    """One ``flwr run`` of ``method``; returns its test rows and validation curve."""
+    """One ``flwr run`` of ``method``; returns its test rows and validation curve.
+
+    A run of the same settings that was interrupted under ``out`` (a run folder
+    with a checkpoint and no test results) is continued from its checkpoint.
+    """
     settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
-    folder = launch_run(settings, out / "runs" / f"{method}-seed{seed}", f"compare {method} seed {seed}")
+    runs = out / "runs" / f"{method}-seed{seed}"
+    start = interrupted_checkpoint(runs, settings)
+    if start is not None:
+        print(f"[compare {method} seed {seed}] continuing the interrupted run from {start}", flush=True)
+    folder = launch_run({**settings, **({"resume-from": str(start.resolve())} if start else {})}, runs,
+                        f"compare {method} seed {seed}")
     with (folder / "metrics.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
     score = SCORE.get(method, "dice-global")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from fedsm_core.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, load_checkpoint
+from fedsm_core.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, RESUMABLE_CHANGES, load_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
 from fedsm_core.training.stopping_rule import StoppingRule, stopping_round, validation_curve
@@ -132,6 +132,29 @@ def resume_point(chunks: Sequence[Chunk], target: int, extra_rounds: int | None)
               (c.num_server_rounds == target if extra_rounds is not None else c.num_server_rounds <= target)]
     best = max(usable, key=lambda c: c.checkpoint_round, default=None)
     return None if best is None else best.folder / CHECKPOINT_FILE
+
+
+def interrupted_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path | None:
+    """The checkpoint an interrupted ``flwr run`` of exactly ``settings`` left under ``runs``, if any.
+
+    Only a run folder without test results counts, and only when its run config
+    equals ``settings`` in every key a resume may not change (outside
+    :data:`~fedsm_core.checkpoint.RESUMABLE_CHANGES`): a rerun with other
+    settings starts afresh rather than being refused by the ServerApp. Of
+    those, :func:`resume_point` takes the furthest toward ``num-server-rounds``.
+    """
+    if not runs.is_dir():
+        return None
+    config = RunConfig.from_mapping(settings)
+    wanted = _training_keys(config.to_mapping())
+    chunks = [c for c in read_chunks(runs) if not c.finished and
+              _training_keys(checkpoint_head(c.folder / CHECKPOINT_FILE)["run-config"]) == wanted]
+    extra = config.extra_rounds if METHODS[config.strategy].extra_selector else None
+    return resume_point(chunks, config.num_server_rounds, extra)
+
+
+def _training_keys(run_config: Mapping[str, object]) -> dict[str, object]:
+    return {k: v for k, v in run_config.items() if k not in RESUMABLE_CHANGES}
 
 
 def metric_rows(rows: Sequence[Mapping[str, str]]) -> list[tuple[str, ...]]:

@@ -23,7 +23,9 @@ study of FedAvg, FedSM and HarmoFL skips the FedProx and Scaffold sweeps).
 The sweep resumes: ``sweep.csv`` is written after every candidate, and a later
 call with the same ``--run-config`` and ``--seed`` reads the candidates it holds
 instead of rerunning them (another grid or more ``--methods`` only add
-candidates); other settings are refused, naming ``tune.json``.
+candidates); other settings are refused, naming ``tune.json``. The candidate an
+interruption stopped continues from its last checkpoint
+(:func:`experiments.compare.run_federated`).
 
 Each candidate is one ``flwr run`` of ``--rounds`` rounds on one seed, scored
 by the pooled validation Dice of the model the method deploys after the last

@@ -1,11 +1,17 @@
-"""The comparison script on its in-process methods (centralized and local)."""
+"""The comparison script: its in-process methods (centralized and local) and how it continues a federated run."""
 
 from __future__ import annotations
+
+import csv
+from pathlib import Path
 
 import pytest
 
 from experiments.comparison_table import read_long_csv
-from experiments.compare import main, parse_overrides
+from experiments.compare import main, parse_overrides, run_federated
+from fedsm_core.checkpoint import CHECKPOINT_FILE, save_checkpoint
+from fedsm_core.config import RunConfig
+from fedsm_core.reporting import CSV_COLUMNS
 
 TINY = "num-server-rounds=1 image-size=32 data-scale=0.1 max-local-steps=1"
 
@@ -48,3 +54,42 @@ def test_rows_are_labelled_by_the_normalization_that_ran():
     assert method_label("FedAvg", RunConfig(strategy="fedavg")) == "FedAvg"
     assert method_label("FedAvg", RunConfig(strategy="fedavg", segmentation_norm="batch")) == "FedAvg (BatchNorm)"
     assert method_label("Centralized", RunConfig(segmentation_norm="batch")) == "Centralized (BatchNorm)"
+
+
+def _run_folder(runs, name: str, server_round: int, settings: dict, tested: bool):
+    folder = runs / name
+    folder.mkdir(parents=True)
+    config = RunConfig.from_mapping(settings)
+    save_checkpoint(folder / CHECKPOINT_FILE, server_round, config.to_mapping(), ["site-1"], config.strategy, {}, [])
+    rows = [(server_round, "val", "pooled", "dice-super", 0.5)] + \
+        ([(server_round, "test", "pooled", "dice-super", 0.6)] if tested else [])
+    with (folder / "metrics.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([CSV_COLUMNS, *rows])
+    return folder
+
+
+def test_an_interrupted_run_of_the_same_settings_is_continued_from_its_checkpoint(tmp_path, monkeypatch):
+    # Prepare: under FedSM's runs folder, a finished run of 8 rounds (a test, not a resume point), an
+    # interrupted run of these settings at round 6, and an interrupted run of another softpull-lambda at round 8
+    launched = []
+
+    def fake_launch(settings, runs, label, env=None):
+        launched.append(dict(settings))
+        return _run_folder(runs, f"run-{len(launched)}", 10, {k: v for k, v in settings.items() if k != "resume-from"},
+                           tested=True)
+
+    monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
+    base = {"num-server-rounds": 10, "softpull-lambda": 0.9, "image-size": 32}
+    settings = {**base, "strategy": "fedsm", "seed": 0}
+    runs = tmp_path / "runs" / "fedsm-seed0"
+    _run_folder(runs, "a-finished", 8, {**settings, "num-server-rounds": 8}, tested=True)
+    interrupted = _run_folder(runs, "b-interrupted", 6, settings, tested=False)
+    _run_folder(runs, "c-other-lambda", 8, {**settings, "softpull-lambda": 0.5}, tested=False)
+
+    # Execute
+    run_federated("fedsm", 0, base, tmp_path)
+    run_federated("fedsm", 0, {**base, "softpull-lambda": 0.7}, tmp_path)
+
+    # Assert: the first call continues the round-6 checkpoint of its own settings; the second starts afresh
+    assert Path(launched[0]["resume-from"]) == (interrupted / CHECKPOINT_FILE).resolve()
+    assert "resume-from" not in launched[1]
