@@ -164,6 +164,36 @@ def mean_curves(rows: Sequence[Mapping[str, str]], dataset: str) -> dict[str, li
     return curves
 
 
+def curve_styles(curves: Mapping[str, list[tuple[int, float]]]) -> list[tuple[str, list, str, str]]:
+    """``(method, curve, legend label, line style)``; a curve that retraces an earlier one is dashed and named.
+
+    kNN-Per validates FedAvg's global model, and FedSM-extra's super model is its
+    global model (FedAvg's, same seed) until the selector rounds: drawn plainly,
+    they would hide FedAvg's line. A curve retraces another when the two agree
+    at every round both have; the label says up to which round.
+    """
+    styled = []
+    for index, (name, curve) in enumerate(curves.items()):
+        same = next(((other, _shared_end(earlier, curve)) for other, earlier in list(curves.items())[:index]
+                     if _shared_end(earlier, curve)), None)
+        if same is None:
+            styled.append((name, curve, name, "-"))
+        else:
+            other, last = same
+            whole = last == curve[-1][0] == curves[other][-1][0]
+            styled.append((name, curve, f"{name} (= {other}{'' if whole else f' to round {last}'})", "--"))
+    return styled
+
+
+def _shared_end(first: list[tuple[int, float]], second: list[tuple[int, float]]) -> int | None:
+    """The last round both curves have, when they agree at every round both have (``None`` otherwise)."""
+    values = dict(first)
+    shared = [(r, v) for r, v in second if r in values]
+    if len(shared) < 2 or any(values[r] != v for r, v in shared):
+        return None
+    return shared[-1][0]
+
+
 def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Path:
     """``curves.png``: one panel per dataset, one line per method (centralized: per epoch)."""
     import matplotlib
@@ -174,8 +204,8 @@ def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Pa
     datasets = list(dict.fromkeys(r["dataset"] for r in rows if r["kind"] == "val")) or ["(no runs yet)"]
     figure, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.2), squeeze=False)
     for axis, dataset in zip(axes[0], datasets, strict=True):
-        for name, curve in mean_curves(rows, dataset).items():
-            axis.plot([r for r, _ in curve], [v for _, v in curve], label=name)
+        for name, curve, label, style in curve_styles(mean_curves(rows, dataset)):
+            axis.plot([r for r, _ in curve], [v for _, v in curve], label=label, linestyle=style)
         axis.set_title(dataset)
         axis.set_xlabel("round (centralized: epoch)")
         axis.set_ylabel("best pooled validation Dice so far")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.study_runs import read_rows
-from experiments.study_table import bootstrap_interval, dataset_table, mean_curves, parts_table
+from experiments.study_table import bootstrap_interval, curve_styles, dataset_table, mean_curves, parts_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "study_sample"
@@ -95,3 +95,12 @@ def test_the_parts_table_compares_the_super_model_with_the_better_part_per_seed(
     # gain 0.0 +- 0.0707
     assert lines[-1] == "| FedSM | 0.8000 ± 0.1414 | 0.6750 ± 0.1061 | 0.8250 ± 0.0354 | 0.0000 ± 0.0707 | 2 |"
     assert parts_table([r for r in rows if r["kind"] == "test"], "d") == []  # not a FedSM run: no table
+
+
+def test_a_curve_that_retraces_an_earlier_methods_is_dashed_and_named_in_the_legend():
+    fedavg = [(5, 0.5), (10, 0.6)]
+    curves = {"FedAvg": fedavg, "FedBN": [(5, 0.4), (10, 0.6)], "kNN-Per": list(fedavg),
+              "FedSM-extra": [*fedavg, (15, 0.7)], "FedSM": [(5, 0.5), (10, 0.65), (15, 0.7)]}
+    assert [(label, style) for _, _, label, style in curve_styles(curves)] == [
+        ("FedAvg", "-"), ("FedBN", "-"), ("kNN-Per (= FedAvg)", "--"), ("FedSM-extra (= FedAvg to round 10)", "--"),
+        ("FedSM", "-")]
