@@ -174,8 +174,8 @@ def curve_styles(curves: Mapping[str, list[tuple[int, float]]]) -> list[tuple[st
     """
     styled = []
     for index, (name, curve) in enumerate(curves.items()):
-        same = next(((other, _shared_end(earlier, curve)) for other, earlier in list(curves.items())[:index]
-                     if _shared_end(earlier, curve)), None)
+        ends = ((other, _shared_end(earlier, curve)) for other, earlier in list(curves.items())[:index])
+        same = next(((other, last) for other, last in ends if last), None)
         if same is None:
             styled.append((name, curve, name, "-"))
         else:
