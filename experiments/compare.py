@@ -110,18 +110,35 @@ def launch_run(settings: dict[str, object], runs: Path, label: str, env: dict[st
     return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
 
 
-def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path) -> tuple[list[dict], list]:
+def run_settings(method: str, seed: int, overrides: dict[str, object]) -> dict[str, object]:
+    """The run config of one ``flwr run`` of ``method``: ``overrides`` plus the method's own settings and seed."""
+    return {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
+
+
+def run_folders(out: Path, method: str, seed: int) -> Path:
+    """Where :func:`run_federated` keeps the run folders of ``method`` and ``seed``."""
+    return out / "runs" / f"{method}-seed{seed}"
+
+
+def run_federated(method: str, seed: int, overrides: dict[str, object], out: Path,
+                  start: Path | None = None) -> tuple[list[dict], list]:
     """One ``flwr run`` of ``method``; returns its test rows and validation curve.
 
     A run of the same settings that was interrupted under ``out`` (a run folder
-    with a checkpoint and no test results) is continued from its checkpoint.
+    with a checkpoint and no test results) is continued from its checkpoint;
+    otherwise the run resumes from ``start`` when given (a checkpoint the
+    ServerApp accepts: one a resume may continue, e.g. FedSM-extra's with fewer
+    ``extra-rounds``).
     """
-    settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
-    runs = out / "runs" / f"{method}-seed{seed}"
-    start = interrupted_checkpoint(runs, settings)
-    if start is not None:
-        print(f"[compare {method} seed {seed}] continuing the interrupted run from {start}", flush=True)
-    folder = launch_run({**settings, **({"resume-from": str(start.resolve())} if start else {})}, runs,
+    settings = run_settings(method, seed, overrides)
+    runs = run_folders(out, method, seed)
+    interrupted = interrupted_checkpoint(runs, settings)
+    if interrupted is not None:
+        print(f"[compare {method} seed {seed}] continuing the interrupted run from {interrupted}", flush=True)
+    elif start is not None:
+        print(f"[compare {method} seed {seed}] continuing from {start}", flush=True)
+    begin = interrupted or start
+    folder = launch_run({**settings, **({"resume-from": str(begin.resolve())} if begin else {})}, runs,
                         f"compare {method} seed {seed}")
     with (folder / "metrics.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))

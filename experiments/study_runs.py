@@ -153,6 +153,19 @@ def interrupted_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path |
     return resume_point(chunks, config.num_server_rounds, extra)
 
 
+def finished_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path | None:
+    """The checkpoint of the newest finished ``flwr run`` of exactly ``settings`` under ``runs``, if any.
+
+    As in :func:`interrupted_checkpoint`, keys a resume may change are not compared.
+    """
+    if not runs.is_dir():
+        return None
+    wanted = _training_keys(RunConfig.from_mapping(settings).to_mapping())
+    chunks = [c for c in read_chunks(runs) if c.finished and
+              _training_keys(checkpoint_head(c.folder / CHECKPOINT_FILE)["run-config"]) == wanted]
+    return chunks[-1].folder / CHECKPOINT_FILE if chunks else None
+
+
 def _training_keys(run_config: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in run_config.items() if k not in RESUMABLE_CHANGES}
 

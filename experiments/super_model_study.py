@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.compare import FEDERATED, METHOD_SETTINGS, ROOT, launch_run, parse_overrides
+from experiments.compare import FEDERATED, ROOT, launch_run, parse_overrides, run_settings
 from experiments.in_process import chosen_gamma
 from experiments.progress import over_runs
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[study] {method} seed {seed}: no finished run under {folder_runs}; skipped", flush=True)
             continue
         if folder is None:
-            settings = {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}
-            folder = launch_run(settings, folder_runs, f"study {method} seed {seed}")
+            folder = launch_run(run_settings(method, seed, overrides), folder_runs, f"study {method} seed {seed}")
         rows += test_rows(folder, Path(dataset).stem, method, seed)
         if not METHODS[method].extra_selector and args.gamma_selection:  # FedSM-extra has no gamma
             rows += rescore(folder, Path(dataset).stem, method, seed, args.gamma_selection)

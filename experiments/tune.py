@@ -17,6 +17,11 @@ The sweep is sequential, so each choice builds on the previous one:
 5. ``amplitude-window`` for HarmoFL (0 normalizes every frequency; ``w``
    only those below ``w``). kNN-Per's mixing weight is already chosen on each
    site's validation split inside every run.
+6. ``extra-rounds`` for FedSM-extra: the rounds that train its selector after
+   the ``--rounds`` model rounds. Its candidates run in increasing order, each
+   continuing the previous candidate's finished run from its checkpoint (a
+   resumed run ends where an uninterrupted one ends), so the sweep trains the
+   models once and the selector for the largest value only.
 
 ``--methods`` keeps only the steps whose choice some listed method uses (a
 study of FedAvg, FedSM and HarmoFL skips the FedProx and Scaffold sweeps).
@@ -46,7 +51,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.compare import METHODS, ROOT, parse_overrides, run_federated
+from experiments.compare import METHODS, ROOT, parse_overrides, run_federated, run_folders, run_settings
+from experiments.study_runs import finished_checkpoint
 from experiments.progress import over_runs
 from fedsm_core.config import RunConfig
 
@@ -56,8 +62,11 @@ DEFAULT_GRID = {
     "scaffold-lr": [0.0005, 0.001, 0.002],
     "softpull-lambda": [0.5, 0.7, 0.9],
     "amplitude-window": [0, 2, 8],
+    "extra-rounds": [10, 20, 40],
 }
-INTEGER_KEYS = frozenset({"amplitude-window"})
+INTEGER_KEYS = frozenset({"amplitude-window", "extra-rounds"})
+# A larger value only adds rounds at the end of the run: its candidate continues the smaller one's.
+GROWING_KEYS = frozenset({"extra-rounds"})
 # (method swept, run-config key, grid name, methods that inherit the choice)
 STEPS = (
     ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedbn", "harmofl", "knn-per", "fedsm",
@@ -66,6 +75,7 @@ STEPS = (
     ("scaffold", "lr", "scaffold-lr", ("scaffold",)),
     ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra")),
     ("harmofl", "amplitude-window", "amplitude-window", ("harmofl",)),
+    ("fedsm-extra", "extra-rounds", "extra-rounds", ("fedsm-extra",)),
 )
 SETTINGS_FILE = "tune.json"
 
@@ -146,10 +156,13 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
     for method, key, grid_name, heirs in steps:
         settings = {**base, **chosen.get(method, {})}
         scores: dict[float, float] = {}
-        for value in over_runs(grid[grid_name], f"tune {method} {key}"):
+        values = sorted(grid[grid_name]) if key in GROWING_KEYS else grid[grid_name]
+        for index, value in enumerate(over_runs(values, f"tune {method} {key}")):
             config = trial_config(settings, key, value)
-            trial = finished.get((method, config)) or \
-                {**_run_trial(method, key, value, settings, seed, out), "config": config}
+            trial = finished.get((method, config))
+            if trial is None:
+                start = _grown_from(method, key, values[:index], settings, seed, out) if key in GROWING_KEYS else None
+                trial = {**_run_trial(method, key, value, settings, seed, out, start), "config": config}
             trials.append(trial)
             write_trials(out, with_unreached(trials, done or []))
             scores[value] = trial["val-dice"]
@@ -172,11 +185,28 @@ def trial_config(settings: dict[str, object], key: str, value: float) -> str:
     return json.dumps(RunConfig.from_mapping({**settings, key: value}).to_mapping(), sort_keys=True, default=str)
 
 
-def _run_trial(method: str, key: str, value: float, settings: dict[str, object], seed: int, out: Path) -> dict:
+def _run_trial(method: str, key: str, value: float, settings: dict[str, object], seed: int, out: Path,
+               start: Path | None = None) -> dict:
     started = time.monotonic()
-    _, curve = run_federated(method, seed, {**settings, key: value}, out / f"{method}-{key}-{value}")
+    _, curve = run_federated(method, seed, {**settings, key: value}, _trial_folder(out, method, key, value),
+                             start=start)
     return {"method": method, "key": key, "value": value, "val-dice": validation_score(curve),
             "seconds": round(time.monotonic() - started, 1)}
+
+
+def _trial_folder(out: Path, method: str, key: str, value: float) -> Path:
+    return out / f"{method}-{key}-{value}"
+
+
+def _grown_from(method: str, key: str, smaller: list[float], settings: dict[str, object], seed: int,
+                out: Path) -> Path | None:
+    """The checkpoint of the largest smaller candidate's finished run, if its run folder is still there."""
+    for value in reversed(smaller):
+        found = finished_checkpoint(run_folders(_trial_folder(out, method, key, value), method, seed),
+                                    run_settings(method, seed, {**settings, key: value}))
+        if found is not None:
+            return found
+    return None
 
 
 def write_trials(out: Path, trials: list[dict]) -> None:

@@ -51,3 +51,28 @@ def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends_and_changed_s
     for row in resumed_rows:
         if row["split"] == "val" and row["metric"].startswith("dice"):
             assert abs(float(row["value"]) - val[(row["round"], row["site"], row["metric"])]) < 1e-4
+
+
+def test_fedsm_extra_continued_with_more_extra_rounds_ends_where_a_run_of_that_length_ends(tmp_path):
+    # Arrange: a finished FedSM-extra run with one selector round (the tune's smaller candidate)
+    extra = TINY + ' strategy="fedsm-extra"'
+    short = _run(tmp_path / "short", f"{extra} extra-rounds=1")
+    short_folder, _ = _finished_run(tmp_path / "short", short)
+
+    # Execute: continue it to two selector rounds, and run two selector rounds straight
+    grown = _run(tmp_path / "grown", f"{extra} extra-rounds=2 resume-from='{short_folder / CHECKPOINT_FILE}'")
+    straight = _run(tmp_path / "straight", f"{extra} extra-rounds=2")
+
+    # Assert: the same models and selector, and the same validation and test scores in the last round
+    grown_folder, grown_rows = _finished_run(tmp_path / "grown", grown)
+    straight_folder, straight_rows = _finished_run(tmp_path / "straight", straight)
+    a = load_checkpoint(grown_folder / CHECKPOINT_FILE)
+    b = load_checkpoint(straight_folder / CHECKPOINT_FILE)
+    assert a["round"] == b["round"] == 4
+    for key in ("global", "personalized", "selector", "selector-optimizer"):
+        _assert_same_arrays(a["state"][key], b["state"][key], key)
+    last = {(r["split"], r["site"], r["metric"]): float(r["value"]) for r in straight_rows if r["round"] == "4"}
+    grown_last = {(r["split"], r["site"], r["metric"]): float(r["value"]) for r in grown_rows if r["round"] == "4"}
+    assert grown_last.keys() == last.keys() and ("val", "pooled", "dice-super") in last
+    for where, value in grown_last.items():
+        assert abs(value - last[where]) < 1e-4, where

@@ -56,13 +56,15 @@ def test_rows_are_labelled_by_the_normalization_that_ran():
     assert method_label("Centralized", RunConfig(segmentation_norm="batch")) == "Centralized (BatchNorm)"
 
 
-def _run_folder(runs, name: str, server_round: int, settings: dict, tested: bool):
+def _run_folder(runs, name: str, server_round: int, settings: dict, tested: bool, score: float = 0.5):
+    """A run folder as the ServerApp leaves it: a checkpoint at ``server_round``, and test rows if ``tested``."""
     folder = runs / name
     folder.mkdir(parents=True)
     config = RunConfig.from_mapping(settings)
     save_checkpoint(folder / CHECKPOINT_FILE, server_round, config.to_mapping(), ["site-1"], config.strategy, {}, [])
-    rows = [(server_round, "val", "pooled", "dice-super", 0.5)] + \
-        ([(server_round, "test", "pooled", "dice-super", 0.6)] if tested else [])
+    metric = "dice-super" if config.strategy.startswith("fedsm") else "dice-global"
+    rows = [(server_round, "val", "pooled", metric, score)] + \
+        ([(server_round, "test", "pooled", metric, 0.6)] if tested else [])
     with (folder / "metrics.csv").open("w", newline="") as handle:
         csv.writer(handle).writerows([CSV_COLUMNS, *rows])
     return folder

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from experiments.compare import describe_chosen, load_chosen
+from fedsm_core.checkpoint import CHECKPOINT_FILE
+from test_compare import _run_folder
 from experiments.tune import (DEFAULT_GRID, STEPS, choose, load_trials, parse_grid, select_steps, sweep,
                               validation_score, write_outputs)
 
@@ -48,7 +51,7 @@ def test_methods_keep_only_the_steps_whose_choice_they_use():
 def test_a_second_call_reads_finished_candidates_and_refuses_other_settings(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(method, seed, overrides, out):
+    def fake_run(method, seed, overrides, out, start=None):
         calls.append((method, overrides["lr"]))
         return [], [(5, overrides["lr"] * 100)]
 
@@ -70,7 +73,7 @@ def test_a_second_call_reads_finished_candidates_and_refuses_other_settings(tmp_
 def test_a_narrower_or_interrupted_sweep_keeps_the_candidates_it_did_not_reach(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(method, seed, overrides, out):
+    def fake_run(method, seed, overrides, out, start=None):
         calls.append((method, overrides.get("softpull-lambda", overrides["lr"])))
         return [], [(5, overrides.get("softpull-lambda", overrides["lr"]))]
 
@@ -81,7 +84,7 @@ def test_a_narrower_or_interrupted_sweep_keeps_the_candidates_it_did_not_reach(t
     sweep(base, grid, 0, tmp_path, steps, [])
     assert len(calls) == 4
 
-    def interrupted(method, seed, overrides, out):
+    def interrupted(method, seed, overrides, out, start=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("experiments.tune.run_federated", interrupted)
@@ -94,6 +97,35 @@ def test_a_narrower_or_interrupted_sweep_keeps_the_candidates_it_did_not_reach(t
     monkeypatch.setattr("experiments.tune.run_federated", fake_run)
     _, trials = sweep(base, {"lr": [0.002], "softpull-lambda": [0.9]}, 0, tmp_path, steps, kept)
     assert len(calls) == 4 and len(trials) == 4 and len(load_trials(tmp_path, settings)) == 4
+
+
+def test_fedsm_extra_candidates_grow_in_order_each_continuing_the_previous_finished_run(tmp_path, monkeypatch):
+    # Prepare: a launcher that finishes every run at its last round, scoring it by its extra rounds
+    launched = []
+
+    def fake_launch(settings, runs, label, env=None):
+        launched.append(dict(settings))
+        config = {k: v for k, v in settings.items() if k != "resume-from"}
+        total = settings["num-server-rounds"] + settings["extra-rounds"]
+        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True, score=settings["extra-rounds"] / 100)
+
+    monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
+    steps = tuple(s for s in STEPS if s[0] == "fedsm-extra")
+    base = {"num-server-rounds": 6, "image-size": 32}
+
+    # Execute: a sweep given its values out of order, then a wider one after the 40-round candidate's folder was lost
+    chosen, _ = sweep(base, {"extra-rounds": [40, 10, 20]}, 0, tmp_path, steps, load_trials(tmp_path, {"seed": 0}))
+    first = [s.get("resume-from") for s in launched]
+    for folder in (tmp_path / "fedsm-extra-extra-rounds-40").rglob(CHECKPOINT_FILE):
+        folder.unlink()
+    sweep(base, {"extra-rounds": [10, 20, 40, 80]}, 0, tmp_path, steps, load_trials(tmp_path, {"seed": 0}))
+
+    # Assert: 10 starts afresh, 20 continues 10's checkpoint and 40 continues 20's; 80 falls back to 20's
+    assert [s["extra-rounds"] for s in launched] == [10, 20, 40, 80]
+    checkpoints = {v: next((tmp_path / f"fedsm-extra-extra-rounds-{v}").rglob(CHECKPOINT_FILE), None) for v in (10, 20)}
+    assert first == [None, str(checkpoints[10].resolve()), str(checkpoints[20].resolve())]
+    assert Path(launched[3]["resume-from"]) == checkpoints[20].resolve()
+    assert chosen == {"fedsm-extra": {"extra-rounds": 40}}
 
 
 def test_every_step_sweeps_a_real_run_config_key_and_fedavgs_lr_reaches_the_pooled_methods():
