@@ -32,6 +32,11 @@ candidates); other settings are refused, naming ``tune.json``. The candidate an
 interruption stopped continues from its last checkpoint
 (:func:`experiments.compare.run_federated`).
 
+``--steps extra-rounds --chosen <earlier>/chosen.json`` adds one step to an
+earlier sweep: every method starts from the earlier choices, and the new
+``chosen.json`` holds them with this sweep's choice added (the settings of the
+methods it does not sweep stay exactly as they were).
+
 Each candidate is one ``flwr run`` of ``--rounds`` rounds on one seed, scored
 by the pooled validation Dice of the model the method deploys after the last
 round (the super model for FedSM, the global model otherwise). Test data is
@@ -51,7 +56,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.compare import METHODS, ROOT, parse_overrides, run_federated, run_folders, run_settings
+from experiments.compare import (METHODS, ROOT, load_chosen, parse_overrides, run_federated, run_folders,
+                                 run_settings)
 from experiments.study_runs import finished_checkpoint
 from experiments.progress import over_runs
 from fedsm_core.config import RunConfig
@@ -108,14 +114,24 @@ def choose(scores: dict[float, float]) -> float:
     return min(scores, key=lambda value: (-scores[value], value))
 
 
-def select_steps(methods: list[str] | None) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
-    """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``)."""
-    if methods is None:
-        return STEPS
-    unknown = sorted(set(methods) - set(METHODS))
+def select_steps(methods: list[str] | None, names: list[str] | None = None) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
+    """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``).
+
+    ``names`` (grid names, e.g. ``extra-rounds``) keeps only those steps.
+    """
+    unknown = sorted(set(methods or ()) - set(METHODS))
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; expected names from {list(METHODS)}")
-    return tuple(step for step in STEPS if set(step[3]) & set(methods))
+    unknown = sorted(set(names or ()) - {step[2] for step in STEPS})
+    if unknown:
+        raise ValueError(f"--steps: unknown {unknown}; expected some of {[step[2] for step in STEPS]}")
+    return tuple(step for step in STEPS if (methods is None or set(step[3]) & set(methods)) and
+                 (names is None or step[2] in names))
+
+
+def read_chosen(path: Path) -> dict[str, dict[str, object]]:
+    """An earlier sweep's ``chosen.json``, validated: the methods it holds choices for."""
+    return {method: settings for method, settings in load_chosen(path, {}).items() if settings}
 
 
 def load_trials(out: Path, settings: dict[str, object]) -> list[dict]:
@@ -142,8 +158,12 @@ def _number(key: str, text: str) -> float | int:
 
 
 def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out: Path,
-          steps=STEPS, done: list[dict] | None = None) -> tuple[dict, list[dict]]:
+          steps=STEPS, done: list[dict] | None = None, earlier: dict[str, dict] | None = None,
+          ) -> tuple[dict, list[dict]]:
     """Run ``steps`` in order; return chosen overrides per method and every trial.
+
+    ``earlier`` (an earlier sweep's choices per method) is where each method
+    starts; the choices returned are ``earlier``'s with this sweep's added.
 
     A candidate found in ``done`` (same method and the same complete run config)
     is read, not rerun; ``sweep.csv`` is rewritten after every new candidate.
@@ -154,7 +174,7 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
     trials: list[dict] = []
     finished = {(t["method"], t["config"]): t for t in done or []}
     for method, key, grid_name, heirs in steps:
-        settings = {**base, **chosen.get(method, {})}
+        settings = {**base, **(earlier or {}).get(method, {}), **chosen.get(method, {})}
         scores: dict[float, float] = {}
         values = sorted(grid[grid_name]) if key in GROWING_KEYS else grid[grid_name]
         for index, value in enumerate(over_runs(values, f"tune {method} {key}")):
@@ -171,7 +191,8 @@ def sweep(base: dict[str, object], grid: dict[str, list[float]], seed: int, out:
         for heir in heirs:
             chosen.setdefault(heir, {})[key] = best
         print(f"[tune] {method}: chose {key}={best}", flush=True)
-    return chosen, with_unreached(trials, done or [])
+    merged = {m: {**(earlier or {}).get(m, {}), **chosen.get(m, {})} for m in {*(earlier or {}), *chosen}}
+    return merged, with_unreached(trials, done or [])
 
 
 def with_unreached(trials: list[dict], done: list[dict]) -> list[dict]:
@@ -230,8 +251,8 @@ def write_outputs(out: Path, chosen: dict, trials: list[dict], header: str) -> N
     (out / "sweep.md").write_text("\n".join(lines) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point."""
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of :func:`main`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tune")
     parser.add_argument("--seed", type=int, default=0)
@@ -240,18 +261,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", nargs="*", default=[], help="e.g. lr=0.001,0.002 softpull-lambda=0.5,0.9")
     parser.add_argument("--methods", nargs="*", default=None,
                         help="sweep only what these methods use, e.g. fedavg fedsm harmofl (default: every step)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--steps", nargs="*", default=None,
+                        help=f"sweep only these steps, by grid name: {[step[2] for step in STEPS]}")
+    parser.add_argument("--chosen", type=Path, default=None,
+                        help="an earlier sweep's chosen.json: each method starts from its choices, and this "
+                             "sweep's chosen.json holds them with this sweep's added")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    args = parse_args(argv)
     grid = parse_grid(args.grid)
-    steps = select_steps(args.methods)
+    steps = select_steps(args.methods, args.steps)
+    earlier = read_chosen(args.chosen) if args.chosen else {}
     base = {**parse_overrides(args.run_config), "num-server-rounds": args.rounds}
     base.setdefault("eval-every", args.rounds)  # only the last round's validation score is used
     RunConfig.from_mapping(base)  # fail before any training on a bad key or value
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     # Another grid or more --methods may reuse the folder: a candidate is found by its complete run config.
-    done = load_trials(args.out, {"run-config": base, "seed": args.seed})
-    chosen, trials = sweep(base, grid, args.seed, args.out, steps, done)
-    header = (f"Validation sweep, seed {args.seed}, {args.rounds} rounds per run, settings `{args.run_config}`; "
+    settings = {"run-config": base, "seed": args.seed, **({"chosen": earlier} if earlier else {})}
+    done = load_trials(args.out, settings)
+    chosen, trials = sweep(base, grid, args.seed, args.out, steps, done, earlier)
+    header = (f"Validation sweep, seed {args.seed}, {args.rounds} rounds per run, settings `{args.run_config}`"
+              f"{f', starting from `{args.chosen}`' if args.chosen else ''}; "
               f"wall time {time.monotonic() - started:.0f} s")
     write_outputs(args.out, chosen, trials, header)
     print(json.dumps(chosen, indent=2, sort_keys=True))

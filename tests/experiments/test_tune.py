@@ -10,7 +10,7 @@ import pytest
 from experiments.compare import describe_chosen, load_chosen
 from fedsm_core.checkpoint import CHECKPOINT_FILE
 from test_compare import _run_folder
-from experiments.tune import (DEFAULT_GRID, STEPS, choose, load_trials, parse_grid, select_steps, sweep,
+from experiments.tune import (DEFAULT_GRID, STEPS, choose, load_trials, main, parse_grid, select_steps, sweep,
                               validation_score, write_outputs)
 
 
@@ -126,6 +126,34 @@ def test_fedsm_extra_candidates_grow_in_order_each_continuing_the_previous_finis
     assert first == [None, str(checkpoints[10].resolve()), str(checkpoints[20].resolve())]
     assert Path(launched[3]["resume-from"]) == checkpoints[20].resolve()
     assert chosen == {"fedsm-extra": {"extra-rounds": 40}}
+
+
+def test_one_step_added_to_an_earlier_sweep_starts_from_its_choices_and_keeps_the_others(tmp_path, monkeypatch):
+    # Prepare: an earlier sweep's choices, without FedBN (it ran with the defaults)
+    launched = []
+
+    def fake_launch(settings, runs, label, env=None):
+        launched.append(dict(settings))
+        config = {k: v for k, v in settings.items() if k != "resume-from"}
+        total = settings["num-server-rounds"] + settings["extra-rounds"]
+        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True, score=0.9 - settings["extra-rounds"] / 1000)
+
+    monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
+    earlier = {"fedavg": {"lr": 0.002}, "fedsm-extra": {"lr": 0.005, "softpull-lambda": 0.5}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = tmp_path / "sweep"
+
+    # Execute
+    main(["--out", str(out), "--rounds", "4", "--run-config", "image-size=32", "--steps", "extra-rounds",
+          "--chosen", str(tmp_path / "earlier.json"), "--grid", "extra-rounds=2,4"])
+
+    # Assert: only FedSM-extra ran, with the earlier choices; the output is the earlier choices plus extra-rounds
+    assert [(s["strategy"], s["lr"], s["softpull-lambda"], s["extra-rounds"]) for s in launched] == [
+        ("fedsm-extra", 0.005, 0.5, 2), ("fedsm-extra", 0.005, 0.5, 4)]
+    assert json.loads((out / "chosen.json").read_text()) == {
+        "fedavg": {"lr": 0.002}, "fedsm-extra": {"lr": 0.005, "softpull-lambda": 0.5, "extra-rounds": 2}}
+    with pytest.raises(ValueError, match="--steps: unknown \\['rounds'\\]"):
+        select_steps(None, ["rounds"])
 
 
 def test_every_step_sweeps_a_real_run_config_key_and_fedavgs_lr_reaches_the_pooled_methods():
