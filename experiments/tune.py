@@ -114,7 +114,8 @@ def choose(scores: dict[float, float]) -> float:
     return min(scores, key=lambda value: (-scores[value], value))
 
 
-def select_steps(methods: list[str] | None, names: list[str] | None = None) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
+def select_steps(methods: list[str] | None, names: list[str] | None = None,
+                 ) -> tuple[tuple[str, str, str, tuple[str, ...]], ...]:
     """The steps of :data:`STEPS` whose choice one of ``methods`` uses (every step for ``None``).
 
     ``names`` (grid names, e.g. ``extra-rounds``) keeps only those steps.

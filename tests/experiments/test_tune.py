@@ -99,17 +99,24 @@ def test_a_narrower_or_interrupted_sweep_keeps_the_candidates_it_did_not_reach(t
     assert len(calls) == 4 and len(trials) == 4 and len(load_trials(tmp_path, settings)) == 4
 
 
-def test_fedsm_extra_candidates_grow_in_order_each_continuing_the_previous_finished_run(tmp_path, monkeypatch):
-    # Prepare: a launcher that finishes every run at its last round, scoring it by its extra rounds
-    launched = []
+def _fake_fedsm_extra_runs(monkeypatch, score) -> list[dict]:
+    """Replace ``flwr run`` by a run folder finished at the last round, scored ``score(extra-rounds)``."""
+    launched: list[dict] = []
 
     def fake_launch(settings, runs, label, env=None):
         launched.append(dict(settings))
         config = {k: v for k, v in settings.items() if k != "resume-from"}
         total = settings["num-server-rounds"] + settings["extra-rounds"]
-        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True, score=settings["extra-rounds"] / 100)
+        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True,
+                           score=score(settings["extra-rounds"]))
 
     monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
+    return launched
+
+
+def test_fedsm_extra_candidates_grow_in_order_each_continuing_the_previous_finished_run(tmp_path, monkeypatch):
+    # Prepare: a launcher that finishes every run at its last round, scoring it by its extra rounds
+    launched = _fake_fedsm_extra_runs(monkeypatch, lambda extra: extra / 100)
     steps = tuple(s for s in STEPS if s[0] == "fedsm-extra")
     base = {"num-server-rounds": 6, "image-size": 32}
 
@@ -130,15 +137,7 @@ def test_fedsm_extra_candidates_grow_in_order_each_continuing_the_previous_finis
 
 def test_one_step_added_to_an_earlier_sweep_starts_from_its_choices_and_keeps_the_others(tmp_path, monkeypatch):
     # Prepare: an earlier sweep's choices, without FedBN (it ran with the defaults)
-    launched = []
-
-    def fake_launch(settings, runs, label, env=None):
-        launched.append(dict(settings))
-        config = {k: v for k, v in settings.items() if k != "resume-from"}
-        total = settings["num-server-rounds"] + settings["extra-rounds"]
-        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True, score=0.9 - settings["extra-rounds"] / 1000)
-
-    monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
+    launched = _fake_fedsm_extra_runs(monkeypatch, lambda extra: 0.9 - extra / 1000)
     earlier = {"fedavg": {"lr": 0.002}, "fedsm-extra": {"lr": 0.005, "softpull-lambda": 0.5}}
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
     out = tmp_path / "sweep"
