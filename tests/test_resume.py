@@ -24,6 +24,15 @@ def _assert_same_arrays(left, right, where: str) -> None:
         np.testing.assert_allclose(left, right, rtol=1e-5, atol=1e-6, err_msg=where)
 
 
+def _assert_same_states(left: Path, right: Path, server_round: int) -> None:
+    """Both run folders' checkpoints are from ``server_round`` and hold the same models, selector and optimizer."""
+    a = load_checkpoint(left / CHECKPOINT_FILE)
+    b = load_checkpoint(right / CHECKPOINT_FILE)
+    assert a["round"] == b["round"] == server_round
+    for key in ("global", "personalized", "selector", "selector-optimizer"):
+        _assert_same_arrays(a["state"][key], b["state"][key], key)
+
+
 def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends_and_changed_settings_are_refused(tmp_path):
     # Arrange: one round, interrupted there
     first = _run(tmp_path / "first", TINY.replace("num-server-rounds=2", "num-server-rounds=1"))
@@ -41,11 +50,7 @@ def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends_and_changed_s
     assert "lr: 0.002 -> 0.01" in changed.stdout + changed.stderr
     resumed_folder, resumed_rows = _finished_run(tmp_path / "resumed", resumed)
     straight_folder, straight_rows = _finished_run(tmp_path / "straight", straight)
-    a = load_checkpoint(resumed_folder / CHECKPOINT_FILE)
-    b = load_checkpoint(straight_folder / CHECKPOINT_FILE)
-    assert a["round"] == b["round"] == 2
-    for key in ("global", "personalized", "selector", "selector-optimizer"):
-        _assert_same_arrays(a["state"][key], b["state"][key], key)
+    _assert_same_states(resumed_folder, straight_folder, 2)
     assert {int(r["round"]) for r in resumed_rows if r["split"] == "val"} == {1, 2}
     val = {(r["round"], r["site"], r["metric"]): float(r["value"]) for r in straight_rows if r["split"] == "val"}
     for row in resumed_rows:
@@ -66,11 +71,7 @@ def test_fedsm_extra_continued_with_more_extra_rounds_ends_where_a_run_of_that_l
     # Assert: the same models and selector, and the same validation and test scores in the last round
     grown_folder, grown_rows = _finished_run(tmp_path / "grown", grown)
     straight_folder, straight_rows = _finished_run(tmp_path / "straight", straight)
-    a = load_checkpoint(grown_folder / CHECKPOINT_FILE)
-    b = load_checkpoint(straight_folder / CHECKPOINT_FILE)
-    assert a["round"] == b["round"] == 4
-    for key in ("global", "personalized", "selector", "selector-optimizer"):
-        _assert_same_arrays(a["state"][key], b["state"][key], key)
+    _assert_same_states(grown_folder, straight_folder, 4)
     last = {(r["split"], r["site"], r["metric"]): float(r["value"]) for r in straight_rows if r["round"] == "4"}
     grown_last = {(r["split"], r["site"], r["metric"]): float(r["value"]) for r in grown_rows if r["round"] == "4"}
     assert grown_last.keys() == last.keys() and ("val", "pooled", "dice-super") in last
