@@ -15,6 +15,12 @@ seed (each seed has its own test set where ``data-seed`` changes the split), so
 the interval shows how much the few test images of a site move the result.
 The generator of each (dataset, method) is seeded from their names, so the
 file is byte-identical for the same CSV.
+
+A study that spans sittings has seeds that only some methods have finished.
+Each dataset's tables and curves hold only the seeds every method of that
+dataset has finished (:func:`comparable_seeds`), so no method's mean covers
+seeds another's does not; a line under the heading names the seeds left out
+and the methods that have finished them.
 """
 
 from __future__ import annotations
@@ -80,6 +86,41 @@ def _images(rows: Sequence[Mapping[str, str]]) -> list[dict[str, np.ndarray]]:
     return [{site: np.asarray(values) for site, values in sites.items()} for _, sites in sorted(by_seed.items())]
 
 
+def finished_seeds(rows: Sequence[Mapping[str, str]], dataset: str) -> dict[str, set[str]]:
+    """Method -> the seeds with test rows in ``dataset``, methods in the CSV's order."""
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        if row["dataset"] == dataset and row["kind"] == "test":
+            found.setdefault(row["method"], set()).add(row["seed"])
+    return found
+
+
+def comparable_seeds(finished: Mapping[str, set[str]]) -> list[str]:
+    """The seeds every method has finished, in numeric order: the only ones a fair comparison may average."""
+    common = set.intersection(*map(set, finished.values())) if finished else set()
+    return sorted(common, key=int)
+
+
+def seeds_note(finished: Mapping[str, set[str]], kept: Sequence[str]) -> str:
+    """The sentence under a dataset's heading: the seeds in its tables and those left out, with who finished them."""
+    left = sorted(set().union(*finished.values()) - set(kept), key=int)
+    text = (f"Seed{'s' if len(kept) > 1 else ''} {', '.join(kept)}." if kept
+            else "No seed has been finished by every method yet.")
+    for seed in left:
+        done = [DISPLAY.get(m, m) for m, seeds in finished.items() if seed in seeds]
+        text += (f" Seed {seed} is left out until every method has finished it"
+                 f" ({len(done)} of {len(finished)} have: {', '.join(done)}).")
+    return text
+
+
+def comparable_rows(rows: Sequence[Mapping[str, str]], dataset: str) -> tuple[list[Mapping[str, str]], str]:
+    """``dataset``'s rows of the seeds every method has finished, and the note that says which those are."""
+    finished = finished_seeds(rows, dataset)
+    kept = comparable_seeds(finished)
+    mine = [r for r in rows if r["dataset"] == dataset and r["seed"] in kept]
+    return mine, seeds_note(finished, kept)
+
+
 def dataset_table(rows: Sequence[Mapping[str, str]], dataset: str, draws: int = DRAWS) -> list[str]:
     """Markdown lines of one dataset: the Table 3 layout plus bootstrap intervals and rounds per seed."""
     mine = [r for r in rows if r["dataset"] == dataset]
@@ -138,12 +179,15 @@ def parts_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
 
 def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
     """The whole ``table.md``: one section per dataset, in the CSV's order."""
-    seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "test"})
-    text = [f"Test Dice, mean ± std over seeds {seeds}; 95 % intervals: bootstrap over test images "
-            f"({draws} draws). Regenerate: `python -m experiments.study_table --csv results.csv --out table.md`.", ""]
+    text = ["Test Dice, mean ± std over the seeds every method of a dataset has finished (named under its heading); "
+            f"95 % intervals: bootstrap over test images ({draws} draws). "
+            "Regenerate: `python -m experiments.study_table --csv results.csv --out table.md`.", ""]
     for dataset in dict.fromkeys(r["dataset"] for r in rows if r["kind"] == "test"):
-        text += [f"## {dataset}", "", *dataset_table(rows, dataset, draws), ""]
-        parts = parts_table(rows, dataset)
+        mine, note = comparable_rows(rows, dataset)
+        text += [f"## {dataset}", "", note, ""]
+        if mine:
+            text += [*dataset_table(mine, dataset, draws), ""]
+        parts = parts_table(mine, dataset)
         text += [*parts, ""] if parts else []
     return "\n".join(text)
 
@@ -204,7 +248,7 @@ def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Pa
     datasets = list(dict.fromkeys(r["dataset"] for r in rows if r["kind"] == "val")) or ["(no runs yet)"]
     figure, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.2), squeeze=False)
     for axis, dataset in zip(axes[0], datasets, strict=True):
-        for name, curve, label, style in curve_styles(mean_curves(rows, dataset)):
+        for name, curve, label, style in curve_styles(mean_curves(comparable_rows(rows, dataset)[0], dataset)):
             axis.plot([r for r, _ in curve], [v for _, v in curve], label=label, linestyle=style)
         axis.set_title(dataset)
         axis.set_xlabel("round (centralized: epoch)")
