@@ -57,11 +57,29 @@ def configure_backends(device: torch.device, deterministic: bool, precision: str
         return
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.deterministic = deterministic
-    tf32 = precision != "fp32"
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    allow_tf32(precision != "fp32")
     if device.index is not None:  # a pinned GPU (cuda:1) becomes the default of autocast, pinning and new tensors
         torch.cuda.set_device(device)
+
+
+def tf32_switches() -> list[tuple[object, str]]:
+    """The ``(module, attribute)`` flags that allow TF32 math in matmuls and cuDNN on this torch.
+
+    torch 2.9 and later set it per backend with ``fp32_precision`` (``"tf32"``
+    or ``"ieee"``) and deprecate ``allow_tf32``; reading ``allow_tf32`` after
+    the new flags were set raises, so only one of the two APIs may be used.
+    Older torch has ``allow_tf32`` alone.
+    """
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision") and hasattr(cudnn, "conv"):
+        return [(matmul, "fp32_precision"), (cudnn.conv, "fp32_precision"), (cudnn.rnn, "fp32_precision")]
+    return [(matmul, "allow_tf32"), (cudnn, "allow_tf32")]
+
+
+def allow_tf32(allowed: bool) -> None:
+    """Allow (or forbid) TF32 tensor-core math for float32 matmuls and convolutions, with this torch's API."""
+    for module, name in tf32_switches():
+        setattr(module, name, ("tf32" if allowed else "ieee") if name == "fp32_precision" else allowed)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:

@@ -5,11 +5,30 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedsm_core.device import configure_backends, describe_device, select_device, to_device
+from fedsm_core.device import allow_tf32, configure_backends, describe_device, select_device, tf32_switches, to_device
 from fedsm_core.training.local_update import Learner, train_local
 from fedsm_core.training.precision import resolve_precision
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def restored_backends():
+    """Put torch's backend flags back as they were, by plain assignment.
+
+    ``monkeypatch.setattr`` is not used for them: its undo may delete the
+    attribute (pytest 9.2), which torch's backend modules refuse.
+    """
+    switches = [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "deterministic"), *tf32_switches()]
+    saved = [(module, name, getattr(module, name)) for module, name in switches]
+    yield
+    for module, name, value in saved:
+        setattr(module, name, value)
+
+
+def tf32_allowed() -> list[bool]:
+    """Whether each TF32 flag of this torch allows TF32 math."""
+    return [getattr(module, name) in (True, "tf32") for module, name in tf32_switches()]
 
 
 def _no_gpu(monkeypatch) -> None:
@@ -69,11 +88,9 @@ def test_cpu_copies_and_backends_are_left_alone():
 
 
 @pytest.mark.parametrize(("device", "selected"), [("cuda", []), ("cuda:1", [torch.device("cuda", 1)])])
-def test_cuda_backend_switches_and_the_pinned_gpu(monkeypatch, device, selected):
-    # Prepare: no GPU needed, the switches are plain flags; restore them afterwards
-    for module, name in [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "deterministic"),
-                         (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")]:
-        monkeypatch.setattr(module, name, getattr(module, name))
+def test_cuda_backend_switches_and_the_pinned_gpu(monkeypatch, restored_backends, device, selected):
+    # Prepare: no GPU needed, the switches are plain flags (restored_backends puts them back)
+    allow_tf32(True)
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)
 
@@ -82,7 +99,7 @@ def test_cuda_backend_switches_and_the_pinned_gpu(monkeypatch, device, selected)
 
     # Assert
     assert torch.backends.cudnn.benchmark is True and torch.backends.cudnn.deterministic is False
-    assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert tf32_allowed() == [False] * len(tf32_switches())
     assert calls == selected  # plain "cuda" keeps the current GPU (set_device would reject it)
 
 
@@ -97,13 +114,13 @@ def test_gpu_copy_is_pinned_and_lands_on_the_gpu():
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_gpu_backends_follow_the_deterministic_switch(deterministic):
+def test_gpu_backends_follow_the_deterministic_switch(restored_backends, deterministic):
     configure_backends(torch.device("cuda"), deterministic, "fp32")
     assert torch.backends.cudnn.benchmark is (not deterministic)
     assert torch.backends.cudnn.deterministic is deterministic
-    assert torch.backends.cudnn.allow_tf32 is False  # fp32 means float32 on the GPU too
+    assert not any(tf32_allowed())  # fp32 means float32 on the GPU too
     configure_backends(torch.device("cuda"), False, "bf16")
-    assert torch.backends.cudnn.allow_tf32 is True
+    assert all(tf32_allowed())
 
 
 @pytest.mark.gpu
@@ -124,3 +141,14 @@ def test_gpu_training_keeps_float32_weights(precision):
     assert metrics["steps"] == 6.0 and torch.isfinite(torch.tensor(metrics["loss-m"]))
     assert all(p.dtype == torch.float32 and p.is_cuda for p in model.parameters())
     assert resolve_precision("auto", "cuda") == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+
+
+def test_tf32_uses_one_torch_api_so_the_flags_stay_readable(restored_backends):
+    # Execute: forbid, then allow, as two runs of different precision would
+    allow_tf32(False)
+    forbidden = tf32_allowed()
+    allow_tf32(True)
+
+    # Assert: every flag followed, and none raised on reading (mixing torch's two TF32 APIs makes reads raise)
+    assert forbidden == [False] * len(tf32_switches())
+    assert tf32_allowed() == [True] * len(tf32_switches())
