@@ -1,0 +1,212 @@
+"""The cells of the generalization-gap ladder: centralized, FedAvg and FedSM loops in this process.
+
+They compose the functions the apps call (:func:`train_global_client` and
+:func:`~fedsm_core.algorithms.aggregation.weighted_average` for FedAvg; the
+in-process FedSM rounds of :mod:`experiments.in_process`;
+:func:`~fedsm_core.analysis.pooled.train_on_arrays` for centralized), with the
+same per-(round, site) seeds as the app, and add what a study needs on top: a
+different training partition, a checkpoint after every evaluated round, and
+scores of every cell on the real sites' validation and test splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from experiments import in_process
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
+from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
+from fedsm_core.config import RunConfig
+from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.data.repartition import repartition
+from fedsm_core.data.statistics import channel_statistics
+from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.evaluation import evaluate_model
+from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.models.weights import Weights, get_weights, set_weights
+from fedsm_core.reporting import pool_site_metrics
+
+POOLED = "pooled"
+
+
+@dataclasses.dataclass
+class CellResult:
+    """What one cell measured: validation curves and test Dice per deployed-model candidate.
+
+    ``curves[model]`` is ``[(round, pooled validation Dice)]``; ``tests[model]``
+    maps each real site and ``pooled`` to test Dice. ``model`` is ``global``
+    (FedAvg's model, FedSM's global model, the centralized model) or ``super``.
+    """
+
+    curves: dict[str, list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
+    tests: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def rows(self) -> list[tuple[str, int, str, float]]:
+        """``(kind, round, site, value)``: ``val``/``test`` for the global model, ``-super`` added for the super model."""
+        last = max((r for curve in self.curves.values() for r, _ in curve), default=0)
+        suffix = {"global": "", "super": "-super"}
+        rows = [(f"val{suffix[m]}", r, POOLED, d) for m, curve in self.curves.items() for r, d in curve]
+        rows += [(f"test{suffix[m]}", last, site, d) for m, test in self.tests.items() for site, d in test.items()]
+        return [*rows, ("seconds", last, "", self.seconds)]
+
+    def client_average(self) -> float:
+        """Mean test Dice over the real sites of the deployed model (the super model where there is one)."""
+        test = self.tests.get("super", self.tests["global"])
+        return float(np.mean([d for site, d in test.items() if site != POOLED]))
+
+
+def load_sites(config: RunConfig) -> list[SiteSplits]:
+    """Every real site of the run's dataset, as the ClientApps load them."""
+    info = training_dataset(config.dataset, config.held_out_site)
+    return [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
+
+
+def score(model: torch.nn.Module, sites: list[SiteSplits], split: str, device: torch.device) -> dict[str, float]:
+    """Dice of ``model`` on ``split`` of each real site, and pooled over them."""
+    per_site = {s.name: evaluate_model(model, getattr(s, split), device=device) for s in sites}
+    return {**{name: m["dice-global"] for name, m in per_site.items()},
+            POOLED: pool_site_metrics(per_site)["dice-global"]}
+
+
+def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
+    """One Adam over ``num-server-rounds * local-epochs`` passes of the pooled training images."""
+    sites, device = load_sites(config), select_device(config.device)
+    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
+    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, config.seed,
+                             augmentation=config.augmentation, precision=config.precision)
+    curve: list[tuple[int, float]] = []
+    validation = {s.name: s.val for s in sites}
+
+    def on_epoch(epoch: int, dice: float) -> None:
+        if epoch % config.eval_every == 0 or epoch == config.num_server_rounds:
+            curve.append((epoch, dice))
+
+    model = train_on_arrays(spec, concat_arrays([s.train for s in sites]), settings,
+                            config.num_server_rounds * config.local_epochs, validation, device, on_epoch)
+    return CellResult({"global": curve}, {"global": score(model, sites, "test", device)})
+
+
+def _checkpoint(folder: Path) -> dict | None:
+    path = folder / "checkpoint.pt"
+    return torch.load(path, weights_only=False) if path.exists() else None
+
+
+def _save(folder: Path, state: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "checkpoint.tmp")
+    (folder / "checkpoint.tmp").replace(folder / "checkpoint.pt")  # a crash mid-write keeps the previous one
+
+
+def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
+                 server_round: int, device: torch.device) -> Weights:
+    """One FedAvg round as the app runs it: each site trains from ``weights``, the server averages by size."""
+    updates = []
+    for index, site in enumerate(train_sites):
+        update, _ = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
+                                        GlobalClientOptions(), device)
+        updates.append(update)
+    return weighted_average([u.weights for u in updates], [u.num_examples for u in updates])
+
+
+def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
+    """FedAvg on the ``rung`` partition of the training images, scored on the real sites."""
+    sites, device = load_sites(config), select_device(config.device)
+    train_sites = repartition(sites, rung, config.data_seed)
+    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(train_sites))
+    model = spec.build_segmentation()
+    state = _checkpoint(folder)
+    if state is None:
+        torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
+        state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
+    while state["round"] < config.num_server_rounds:
+        began, server_round = time.monotonic(), state["round"] + 1
+        state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device)
+        state["round"] = server_round
+        if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
+            set_weights(model, state["weights"], "global model")
+            state["curve"].append((server_round, score(model.to(device), sites, "val", device)[POOLED]))
+        state["seconds"] += time.monotonic() - began
+        if server_round % config.eval_every == 0:
+            _save(folder, state)
+    set_weights(model, state["weights"], "global model")
+    return CellResult({"global": state["curve"]}, {"global": score(model.to(device), sites, "test", device)},
+                      state["seconds"])
+
+
+def _fedsm_federation(config: RunConfig, train_sites: list[SiteSplits], device: torch.device) -> in_process.Federation:
+    """The in-process FedSM federation over ``train_sites``, from the app's start state."""
+    spec = run_model_spec(config, train_sites[0].train.masks.shape[1], len(train_sites))
+    fedsm, _ = initial_fedsm(config, spec, [s.name for s in train_sites],
+                             [channel_statistics(s.train.images) for s in train_sites])
+    return in_process.Federation(config, train_sites, spec, fedsm, device)
+
+
+def _super_validation(federation: in_process.Federation) -> tuple[dict, float]:
+    """Per-site validation metrics with the gamma sweep, and the pooled super-model Dice at the gamma it chooses."""
+    in_process.fit_selector_head(federation)
+    validation = in_process.evaluate(federation, "val", federation.config.gamma)
+    sweeps = {site: (m["dice-super-sweep"], float(m["num-images"]) - float(m.get("num-empty", 0.0)))
+              for site, m in validation.items()}
+    pooled = pool_sweeps(sweeps, GAMMA_GRID)
+    return validation, pooled[GAMMA_GRID.index(choose_gamma(pooled, GAMMA_GRID))]
+
+
+def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
+    """FedSM on the ``rung`` partition: its global model always, its super model where the rung has K sites.
+
+    With ``one-site`` there is one personalized model and nothing to route, so
+    only the global model is scored.
+    """
+    sites, device = load_sites(config), select_device(config.device)
+    federation = _fedsm_federation(config, repartition(sites, rung, config.data_seed), device)
+    routed = len(federation.sites) == len(sites)
+    state = _checkpoint(folder) or {"round": 0, "curves": {"global": [], "super": []} if routed else {"global": []},
+                                    "validation": {}, "seconds": 0.0}
+    if state["round"]:
+        federation.fedsm, federation.client_states, federation.local_moments = state["federation"]
+    model = federation.spec.build_segmentation()
+    while state["round"] < config.num_server_rounds:
+        began, server_round = time.monotonic(), state["round"] + 1
+        in_process.train_round(federation, server_round)
+        state["round"] = server_round
+        if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
+            set_weights(model, federation.fedsm.global_weights, "global model")
+            state["curves"]["global"].append((server_round, score(model.to(device), sites, "val", device)[POOLED]))
+            if routed:
+                state["validation"], dice = _super_validation(federation)
+                state["curves"]["super"].append((server_round, dice))
+        state["seconds"] += time.monotonic() - began
+        state["federation"] = (federation.fedsm, federation.client_states, federation.local_moments)
+        if server_round % config.eval_every == 0:
+            _save(folder, state)
+    set_weights(model, federation.fedsm.global_weights, "global model")
+    tests = {"global": score(model.to(device), sites, "test", device)}
+    if routed:
+        gamma = in_process.chosen_gamma(config, state["validation"])
+        test = in_process.evaluate(federation, "test", gamma)
+        tests["super"] = {**{name: float(m["dice-super"]) for name, m in test.items()},
+                          POOLED: pool_site_metrics({n: {k: v for k, v in m.items() if not isinstance(v, list)}
+                                                     for n, m in test.items()})["dice-super"]}
+    return CellResult(state["curves"], tests, state["seconds"])
+
+
+def run_cell(config: RunConfig, method: str, rung: str, folder: Path) -> CellResult:
+    """Train and score one cell (``method`` ``centralized``, ``fedavg`` or ``fedsm``) with checkpoints in ``folder``."""
+    set_cpu_threads(config.torch_threads)
+    started = time.monotonic()
+    if method == "centralized":
+        result = centralized_cell(config, folder)
+        result.seconds = time.monotonic() - started
+        return result
+    return fedavg_cell(config, rung, folder) if method == "fedavg" else fedsm_cell(config, rung, folder)

@@ -1,0 +1,118 @@
+"""The generalization-gap ladder: its FedAvg round is the app's, cells resume exactly, the table reads its CSV."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Context, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from client_app import app as client
+from experiments import ladder, ladder_loops
+from experiments.ladder_table import read_cells, rounds_to
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.data.statistics import channel_statistics
+from fedsm_core.device import set_cpu_threads
+from fedsm_core.models.spec import run_model_spec
+from fedsm_core.models.weights import get_weights
+from server_app.discovery import SiteNode
+from server_app.strategies import Setup, build_strategy
+
+TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 2, "selector-width": 4, "batch-size": 4,
+        "eval-every": 1}
+TINY_TEXT = " ".join(f"{key}={value}" for key, value in TINY.items())
+
+
+@pytest.fixture(autouse=True)
+def client_process(tmp_path, monkeypatch):
+    """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""
+    set_cpu_threads(1)
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def _app_fedavg(settings: dict[str, object], rounds: int):
+    """FedAvg rounds of the app: the strategy's messages, each answered by the ClientApp's handler."""
+    config = RunConfig.from_mapping(settings)
+    sites = ladder_loops.load_sites(config)
+    info = training_dataset(config.dataset)
+    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    nodes = [SiteNode(100 + index, index, site.name, len(site.train), len(site.val), len(site.test),
+                      channel_statistics(site.train.images)) for index, site in enumerate(sites)]
+    strategy, _ = build_strategy(Setup(config, info, spec, nodes, lambda *args: None))
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
+    for server_round in range(1, rounds + 1):
+        replies = [client.train(message, context) for message in strategy.configure_train(server_round, None, None,
+                                                                                          None)]
+        strategy.aggregate_train(server_round, replies)
+    return strategy.global_weights
+
+
+def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit():
+    # Prepare
+    settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2}
+    config = RunConfig.from_mapping(settings)
+    sites = ladder_loops.load_sites(config)
+    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
+    torch.manual_seed(config.seed)
+    weights = get_weights(spec.build_segmentation())
+    start = dict(weights)
+
+    # Execute
+    for server_round in (1, 2):
+        weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"))
+    app = _app_fedavg(settings, 2)
+
+    # Assert
+    assert weights.keys() == app.keys()
+    for key in weights:
+        np.testing.assert_array_equal(weights[key], app[key], err_msg=key)
+    assert any(not np.array_equal(start[k], v) for k, v in weights.items())
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedsm"])
+def test_an_interrupted_cell_ends_where_the_uninterrupted_one_ends(tmp_path, method):
+    # Prepare
+    def config(rounds: int) -> RunConfig:
+        return ladder.cell_config("synthetic-fundus", 0, rounds, TINY, method)
+
+    # Execute: two rounds at once; one round, then the same cell asked for two
+    whole = ladder_loops.run_cell(config(2), method, "iid", tmp_path / "whole")
+    ladder_loops.run_cell(config(1), method, "iid", tmp_path / "parts")
+    resumed = ladder_loops.run_cell(config(2), method, "iid", tmp_path / "parts")
+
+    # Assert
+    assert resumed.curves == whole.curves and resumed.tests == whole.tests
+    assert set(whole.tests) == ({"global", "super"} if method == "fedsm" else {"global"})
+
+
+def test_a_ladder_writes_every_cell_once_and_a_second_call_trains_nothing(tmp_path, monkeypatch):
+    # Execute
+    args = ["--out", str(tmp_path), "--datasets", "synthetic-fundus", "--methods", "fedavg", "--rounds", "2",
+            "--run-config", TINY_TEXT]
+    assert ladder.main(args) == 0
+    monkeypatch.setattr(ladder, "run_cell", lambda *a: pytest.fail("a finished cell was trained again"))
+    assert ladder.main(args) == 0
+
+    # Assert: centralized and three rungs, each with its two evaluated rounds and a test row per site
+    cells = read_cells(tmp_path / "results.csv")["synthetic-fundus"][0]
+    assert set(cells) == {("centralized", "pooled", "global"), *(("fedavg", rung, "global")
+                                                                 for rung in ("one-site", "iid", "real"))}
+    for cell in cells.values():
+        assert [r for r, _ in cell["curve"]] == [1, 2]
+        assert len(cell["test"]) == 7  # six sites and pooled
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("| fedavg |") == 3 and "| centralized | pooled | global |" in table
+    assert (tmp_path / "commands.md").read_text().count("cells finished at the start") == 2
+
+
+def test_rounds_to_target_is_the_first_evaluated_round_that_reaches_it():
+    curve = [(10, 0.80), (5, 0.70), (15, 0.905), (20, 0.90)]
+    assert rounds_to(curve, 0.90) == 15
+    assert rounds_to(curve, 0.80) == 10
+    assert rounds_to(curve, 0.95) is None
