@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from experiments import in_process
-from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -109,14 +109,17 @@ def _save(folder: Path, state: dict) -> None:
 
 
 def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
-                 server_round: int, device: torch.device) -> Weights:
-    """One FedAvg round as the app runs it: each site trains from ``weights``, the server averages by size."""
-    updates = []
+                 server_round: int, device: torch.device, optimizer: ServerOptimizer) -> Weights:
+    """One FedAvg round as the app runs it: each site trains from ``weights``; the server averages them
+    (``step-normalization``) and takes its optimizer's step (``server-optimizer``; ``none`` keeps the average)."""
+    updates, steps = [], []
     for index, site in enumerate(train_sites):
-        update, _ = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
-                                        GlobalClientOptions(), device)
+        update, metrics = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
+                                              GlobalClientOptions(), device)
         updates.append(update)
-    return weighted_average([u.weights for u in updates], [u.num_examples for u in updates])
+        steps.append(metrics["steps"])
+    return optimizer.aggregate(weights, [u.weights for u in updates], [u.num_examples for u in updates], steps,
+                               server_round)
 
 
 def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
@@ -128,11 +131,14 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     state = _checkpoint(folder)
     if state is None:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
-        state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
+        state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0,
+                 "server-optimizer": {}}
+    optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
+    optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
-        state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device)
-        state["round"] = server_round
+        state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device, optimizer)
+        state["round"], state["server-optimizer"] = server_round, optimizer.state_dict()
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             set_weights(model, state["weights"], "global model")
             state["curve"].append((server_round, score(model.to(device), sites, "val", device)[POOLED]))

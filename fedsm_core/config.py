@@ -70,6 +70,13 @@ class RunConfig:
     pfedme_eta: float = 0.005
     softpull_lambda: float = 0.7
     proximal_mu: float = 0.01
+    server_optimizer: str = "none"
+    server_lr: float = 1.0
+    server_momentum: float = 0.0
+    server_beta1: float = 0.9
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
+    step_normalization: str = "none"
     extra_rounds: int = 10
     amplitude_normalization: bool = False
     amplitude_decay: float = 0.1

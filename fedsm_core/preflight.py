@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsm_core.algorithms.fedsm.softpull import check_lam
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.federation import load_federation, locate_spec
 from fedsm_core.data.registry import training_dataset
@@ -128,6 +129,15 @@ def _file_problems(config: RunConfig) -> list[str]:
     return problems
 
 
+def _settings_problems(config: RunConfig) -> list[str]:
+    """What the subsystems' own settings refuse (each checks itself once)."""
+    try:
+        ServerOptimizerSettings.from_run_config(config)
+    except ValueError as error:
+        return [f"{error}; set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"]
+    return []
+
+
 def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False) -> RunCheck:
     """Every problem of a run's settings that can be found without nodes.
 
@@ -143,7 +153,7 @@ def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False
         config = values if isinstance(values, RunConfig) else RunConfig.from_mapping(values)
     except (TypeError, ValueError) as error:
         return RunCheck((), (str(error),))
-    problems = _file_problems(config)
+    problems = _file_problems(config) + _settings_problems(config)
     try:
         info = training_dataset(config.dataset, config.held_out_site)
         problems += _data_problems(config, require_paths)

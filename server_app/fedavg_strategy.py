@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
+import numpy as np
+
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -17,7 +19,7 @@ from flwr.serverapp import Grid
 from app_protocol import records
 from app_protocol.evaluate_messages import encode_model_evaluation
 from app_protocol.train_messages import decode_weights, encode_model_train
-from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.baselines.scaffold import update_server_control
 from server_app.discovery import SiteNode
@@ -28,12 +30,17 @@ from server_app.round_plan import RoundPlan
 class FedAvgStrategy(SiteStrategy):
     """FedAvg (McMahan et al. 2017): ``w <- sum_k (n_k / n) w_k`` over the replies.
 
+    With a server optimizer other than ``none`` the average is a pseudo-gradient
+    step instead (FedAvgM, FedAdam, FedYogi: :mod:`fedsm_core.algorithms.server_optimizer`).
+
     Parameters
     ----------
     global_weights : dict
         Initial model weights.
     name : str
         Shown in logs: ``FedAvg`` or ``FedProx``.
+    server_optimizer : ServerOptimizerSettings, optional
+        The ``server-*`` settings; plain averaging when omitted.
     """
 
     def __init__(
@@ -43,10 +50,12 @@ class FedAvgStrategy(SiteStrategy):
         plan: RoundPlan,
         on_evaluate: EvaluationSink,
         name: str = "FedAvg",
+        server_optimizer: ServerOptimizerSettings | None = None,
     ) -> None:
         super().__init__(nodes, plan, on_evaluate)
         self.global_weights = global_weights
         self.name = name
+        self.server_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings())
 
     def train_content(self, server_round: int) -> RecordDict:
         """What every site receives for a round."""
@@ -66,7 +75,8 @@ class FedAvgStrategy(SiteStrategy):
         accepted = self.accept_replies(server_round, replies)
         trained = [weights for _, _, weights, _ in accepted]
         sizes = [size for _, _, _, size in accepted]
-        self.global_weights = weighted_average(trained, sizes)
+        steps = [self.local_steps(reply) for _, reply, _, _ in accepted]
+        self.global_weights = self.server_optimizer.aggregate(self.global_weights, trained, sizes, steps, server_round)
         self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
         self.after_aggregation([reply for _, reply, _, _ in accepted])
         log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
@@ -84,11 +94,22 @@ class FedAvgStrategy(SiteStrategy):
             site = self.site_of(reply)
             decoded = self.decode_weights(server_round, site, reply, self.expected_records())
             size = self.num_examples(server_round, site, reply) if decoded is not None else None
+            if size is not None and self.server_optimizer.settings.step_normalization != "none" \
+                    and not self.local_steps(reply) >= 1:
+                self.reject(server_round, site, f"malformed reply: steps = {self.local_steps(reply)!r}, expected >= 1 "
+                                                "(step-normalization divides by it)")
+                size = None
             if decoded is not None and size is not None:
                 accepted.append((site, reply, decoded[records.GLOBAL], size))
         self.note_absent(server_round, [site for site, _, _, _ in accepted])
         self.require_replies(server_round, len(accepted))
         return accepted
+
+    @staticmethod
+    def local_steps(reply: Message) -> float:
+        """The local steps a reply reports (``steps`` metric); NaN when it reports none."""
+        value = reply.content[records.METRICS].get("steps", float("nan"))
+        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else float("nan")
 
     def expected_records(self) -> dict[str, Weights]:
         """Array records a reply must hold, with the layout they must have."""
@@ -96,12 +117,14 @@ class FedAvgStrategy(SiteStrategy):
 
     def state_dict(self) -> dict[str, object]:
         """The base state plus the global model."""
-        return {**super().state_dict(), "global": self.global_weights}
+        return {**super().state_dict(), "global": self.global_weights,
+                "server-optimizer": self.server_optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
         self.global_weights = state["global"]
+        self.server_optimizer.load_state_dict(state.get("server-optimizer", {}))  # none in older checkpoints
 
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Hook for strategies that keep more server state than the model."""

@@ -11,6 +11,7 @@ import torch
 from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.baselines.scaffold import zero_controls
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
 from fedsm_core.bundle import SELECTOR_INCLUDES_GLOBAL, BundleInfo, save_bundle, save_global_model
 from fedsm_core.config import RunConfig
@@ -101,10 +102,11 @@ def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
     config = setup.config
     model = _initial_model(setup)
     common = (get_weights(model), setup.nodes, setup.plan, setup.on_evaluate)
+    server_optimizer = ServerOptimizerSettings.from_run_config(config)
     if setup.method.control_variates:
-        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common)
+        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common, server_optimizer=server_optimizer)
     else:
-        strategy = FedAvgStrategy(*common, name=setup.method.display)
+        strategy = FedAvgStrategy(*common, name=setup.method.display, server_optimizer=server_optimizer)
 
     def save(folder: Path) -> Path:
         return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,

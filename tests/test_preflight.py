@@ -37,6 +37,13 @@ def test_softpull_lambda_below_one_over_k_is_found_before_the_run():
     assert check_run({"softpull-lambda": 0.1, "strategy": "fedavg"}).ok  # no SoftPull runs
 
 
+def test_server_optimizer_settings_are_checked_before_the_run():
+    problems = check_run({"server-optimizer": "adagrad", "server-beta1": 2.0}).problems
+    assert len(problems) == 1 and "server-optimizer = 'adagrad' is not one of" in problems[0]
+    assert "server-beta1 = 2.0 is outside" in check_run({"server-optimizer": "adam", "server-beta1": 2.0}).problems[0]
+    assert check_run({"server-optimizer": "momentum", "server-lr": 0.5, "server-momentum": 0.9}).ok
+
+
 def test_a_missing_spec_and_an_unknown_held_out_site_are_problems():
     assert "no federation spec found" in check_run({"dataset": "no/such/spec.toml"}).problems[0]
     assert "held-out-site = 'nope' is not a site" in check_run({"held-out-site": "nope"}).problems[0]

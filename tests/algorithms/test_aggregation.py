@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.aggregation import normalized_average, weighted_average
 from fedsm_core.models.weights import check_same_layout
 
 
@@ -167,3 +167,31 @@ def test_check_same_layout_names_the_source():
 def test_nan_size_is_rejected():
     with pytest.raises(ValueError, match="sizes must be >= 0"):
         weighted_average([{"w": np.ones(1)}], [float("nan")])
+
+
+def test_fednova_with_equal_local_steps_is_fedavg():
+    rng = np.random.default_rng(4)
+    current = {"w": rng.normal(size=(3, 2))}
+    sites = [{"w": rng.normal(size=(3, 2))} for _ in range(3)]
+
+    normalized = normalized_average(current, sites, [5, 2, 9], [4, 4, 4])
+
+    np.testing.assert_allclose(normalized["w"], weighted_average(sites, [5, 2, 9])["w"], rtol=0, atol=1e-14)
+
+
+def test_fednova_by_hand_divides_each_update_by_its_steps():
+    # Prepare: w = 0; site a (n = 1, 2 steps) reaches 4, site b (n = 3, 6 steps) reaches 3
+    # p = (1/4, 3/4), tau_eff = 1/4 * 2 + 3/4 * 6 = 5; per-step updates 4/2 = 2 and 3/6 = 0.5
+    # w <- 0 + 5 * (1/4 * 2 + 3/4 * 0.5) = 5 * 0.875 = 4.375 (FedAvg: 1/4 * 4 + 3/4 * 3 = 3.25)
+    current = {"w": np.array([0.0]), "count": np.array([10])}
+    sites = [{"w": np.array([4.0]), "count": np.array([12])}, {"w": np.array([3.0]), "count": np.array([16])}]
+
+    normalized = normalized_average(current, sites, [1, 3], [2, 6])
+
+    assert normalized["w"][0] == pytest.approx(4.375, abs=1e-15)
+    assert normalized["count"].dtype == np.int64
+
+
+def test_fednova_refuses_a_site_without_steps():
+    with pytest.raises(ValueError, match="one step count >= 1 per site"):
+        normalized_average({"w": np.zeros(1)}, [{"w": np.ones(1)}], [1], [0])

@@ -11,6 +11,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from client_app import app as client
 from experiments import ladder, ladder_loops
 from experiments.ladder_table import read_cells, rounds_to
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
@@ -53,9 +54,11 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
     return strategy.global_weights
 
 
-def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit():
+@pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"}],
+                         ids=["fedavg", "fednova-fedadam"])
+def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
     # Prepare
-    settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2}
+    settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}
     config = RunConfig.from_mapping(settings)
     sites = ladder_loops.load_sites(config)
     spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
@@ -64,8 +67,10 @@ def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit():
     start = dict(weights)
 
     # Execute
+    optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
     for server_round in (1, 2):
-        weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"))
+        weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"),
+                                            optimizer)
     app = _app_fedavg(settings, 2)
 
     # Assert

@@ -9,6 +9,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MessageType
 
 from app_protocol import records
 from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.checkpoint import load_checkpoint, save_checkpoint
 from server_app.round_plan import RoundPlan
 from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
@@ -333,3 +334,46 @@ def test_a_reply_without_a_valid_num_examples_is_rejected(metrics):
     np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
     assert [(r, s) for r, s, _ in strategy.missed] == [(1, "site-c")]
     assert "malformed" in strategy.missed[0][2] and "num-examples" in strategy.missed[0][2]
+
+
+def test_a_server_optimizer_steps_from_the_average_and_its_moments_survive_a_checkpoint():
+    # Prepare: FedAvgM with lr 0.5, momentum 0.9; every site sends the same model, so the average is known
+    settings = ServerOptimizerSettings("momentum", lr=0.5, momentum=0.9)
+
+    def strategy() -> FedAvgStrategy:
+        return FedAvgStrategy({"w": np.array([1.0, 1.0])}, NODES, RoundPlan(5, 1), EvaluationLog(),
+                              server_optimizer=settings)
+
+    def round_of(target: float, server_round: int, on: FedAvgStrategy) -> None:
+        on.aggregate_train(server_round, [_train_reply(node.site_name, {"w": np.array([target, target])}, 2)
+                                          for node in NODES])
+
+    first, resumed = strategy(), strategy()
+
+    # Execute: round 1 on one strategy, its state into a fresh one, round 2 on both
+    round_of(2.0, 1, first)
+    resumed.load_state_dict(first.state_dict())
+    round_of(2.5, 2, first)
+    round_of(2.5, 2, resumed)
+
+    # Assert, by hand: w1 = 1 + 0.5 * 1 = 1.5; m2 = 0.9 * (-1) + (1.5 - 2.5) = -1.9, w2 = 1.5 + 0.95 = 2.45
+    np.testing.assert_allclose(first.global_weights["w"], [2.45, 2.45], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(resumed.global_weights["w"], first.global_weights["w"])
+
+
+def test_under_fednova_a_reply_without_local_steps_is_rejected_and_the_others_are_averaged():
+    # Prepare: site-a took 2 steps, site-b 6, site-c reports none
+    strategy = FedAvgStrategy({"w": np.array([0.0])}, NODES, RoundPlan(5, 1), EvaluationLog(),
+                              server_optimizer=ServerOptimizerSettings(step_normalization="fednova"))
+    replies = [reply(NODE[site], {records.GLOBAL: records.to_record({"w": np.array([target])}),
+                                  records.METRICS: records.to_metrics(metrics)})
+               for site, target, metrics in [("site-a", 4.0, {"num-examples": 1, "steps": 2}),
+                                             ("site-b", 3.0, {"num-examples": 3, "steps": 6}),
+                                             ("site-c", 9.0, {"num-examples": 3})]]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert: the hand-computed FedNova value of the two valid replies (tests/algorithms/test_aggregation.py)
+    assert strategy.global_weights["w"][0] == pytest.approx(4.375, abs=1e-15)
+    assert [(site, reason.split(":")[0]) for _, site, reason in strategy.missed] == [("site-c", "malformed reply")]

@@ -1,0 +1,149 @@
+"""Server optimizers: the step the server takes from the current model toward the clients' average.
+
+FedAvg replaces the model by the weighted average of the sites' models. The
+server optimizers of Hsu et al. 2019 (FedAvgM) and Reddi et al. 2021 (FedAdam,
+FedYogi) treat ``Delta_t = avg_t - w_t`` as a pseudo-gradient step and take
+their own step along it, with a server learning rate and moments kept across
+rounds. Written once on weight dictionaries (numpy, float64), so every shared
+model can use it; the formulas are those of Flower's ``FedAvgM``, ``FedAdam``
+and ``FedYogi`` (``flwr.serverapp.strategy``), which the tests check against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedsm_core.algorithms.aggregation import normalized_average, weighted_average
+from fedsm_core.models.weights import Weights, check_same_layout
+
+SERVER_OPTIMIZERS = ("none", "momentum", "adam", "yogi")
+STEP_NORMALIZATIONS = ("none", "fednova")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptimizerSettings:
+    """The ``server-*`` run-config keys.
+
+    Attributes
+    ----------
+    name : str
+        ``none`` (FedAvg: the average is the new model), ``momentum``
+        (FedAvgM), ``adam`` (FedAdam) or ``yogi`` (FedYogi).
+    lr : float
+        The server learning rate ``eta`` (``server-lr``).
+    momentum : float
+        FedAvgM's momentum ``beta`` (``server-momentum``).
+    beta_1, beta_2, tau : float
+        FedAdam's and FedYogi's moment decays and adaptivity ``tau``
+        (``server-beta1``, ``server-beta2``, ``server-tau``).
+    step_normalization : str
+        ``none`` (average by size) or ``fednova`` (each site's update divided by
+        its local steps first: :func:`~fedsm_core.algorithms.aggregation.normalized_average`).
+    """
+
+    name: str = "none"
+    lr: float = 1.0
+    momentum: float = 0.0
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+    tau: float = 1e-3
+    step_normalization: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.name not in SERVER_OPTIMIZERS:
+            raise ValueError(f"server-optimizer = '{self.name}' is not one of {list(SERVER_OPTIMIZERS)}")
+        if self.step_normalization not in STEP_NORMALIZATIONS:
+            raise ValueError(f"step-normalization = '{self.step_normalization}' is not one of "
+                             f"{list(STEP_NORMALIZATIONS)}")
+        for key, value, low, high in [("server-lr", self.lr, 1e-8, 100.0), ("server-momentum", self.momentum, 0.0, 1.0),
+                                      ("server-beta1", self.beta_1, 0.0, 1.0), ("server-beta2", self.beta_2, 0.0, 1.0),
+                                      ("server-tau", self.tau, 1e-12, 10.0)]:
+            if not low <= value <= high:
+                raise ValueError(f"{key} = {value} is outside [{low}, {high}]")
+
+    @classmethod
+    def from_run_config(cls, config) -> ServerOptimizerSettings:
+        """The settings of a :class:`~fedsm_core.config.RunConfig`."""
+        return cls(config.server_optimizer, config.server_lr, config.server_momentum, config.server_beta1,
+                   config.server_beta2, config.server_tau, config.step_normalization)
+
+
+class ServerOptimizer:
+    """One shared model's server optimizer, with its moments kept across rounds.
+
+    Integer arrays (batch-norm counters) take the average unchanged: they are
+    counts, not parameters.
+    """
+
+    def __init__(self, settings: ServerOptimizerSettings) -> None:
+        self.settings = settings
+        self.moments: dict[str, Weights] = {}
+
+    def aggregate(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
+                  sizes: Sequence[float], steps: Sequence[float], server_round: int) -> Weights:
+        """The new model from the sites' trained ``weights``: their average (by size, or FedNova's), then :meth:`step`.
+
+        ``steps`` are the local steps each site took (used by ``fednova`` only).
+        """
+        if self.settings.step_normalization == "fednova":
+            averaged = normalized_average(current, weights, sizes, steps)
+        else:
+            averaged = weighted_average(weights, sizes)
+        return self.step(current, averaged, server_round)
+
+    def step(self, current: Mapping[str, np.ndarray], averaged: Mapping[str, np.ndarray], server_round: int) -> Weights:
+        """The new model from the current one and the sites' weighted average.
+
+        With ``Delta = avg - w`` (float64, per array):
+
+        - ``none``: ``w <- avg``;
+        - ``momentum``: ``m <- Delta'`` in round 1, then ``m <- beta m + Delta'``
+          with ``Delta' = w - avg``; ``w <- w - eta m``;
+        - ``adam``: ``m <- b1 m + (1 - b1) Delta``, ``v <- b2 v + (1 - b2) Delta^2``,
+          ``w <- w + eta_t m / (sqrt(v) + tau)`` with
+          ``eta_t = eta sqrt(1 - b2^(t+1)) / (1 - b1^(t+1))`` (Flower's bias correction);
+        - ``yogi``: as ``adam`` with ``v <- v - (1 - b2) Delta^2 sign(v - Delta^2)`` and ``eta_t = eta``.
+
+        Moments start at zero (FedAvgM's at its first pseudo-gradient).
+        ``lr = 1`` and ``momentum = 0`` reduce ``momentum`` to ``none``.
+        """
+        check_same_layout(current, averaged, "the sites' average")
+        if self.settings.name == "none":
+            return dict(averaged)
+        new: Weights = {}
+        for key, average in averaged.items():
+            dtype = np.asarray(average).dtype
+            if np.issubdtype(dtype, np.integer):
+                new[key] = np.asarray(average)
+                continue
+            w, delta = np.asarray(current[key], np.float64), np.asarray(average, np.float64) - current[key]
+            new[key] = (w + self._direction(key, delta, server_round)).astype(dtype)
+        return new
+
+    def _direction(self, key: str, delta: np.ndarray, server_round: int) -> np.ndarray:
+        """The step added to the model for array ``key``, updating its moments."""
+        s, state = self.settings, self.moments.setdefault(key, {})
+        if s.name == "momentum":
+            first = "m" not in state or s.momentum == 0.0
+            state["m"] = -delta if first else s.momentum * state["m"] - delta
+            return -s.lr * state["m"]
+        state["m"] = s.beta_1 * state.get("m", 0.0) + (1 - s.beta_1) * delta
+        v = state.get("v", np.zeros_like(delta))
+        if s.name == "adam":
+            state["v"] = s.beta_2 * v + (1 - s.beta_2) * delta**2
+            eta = s.lr * np.sqrt(1 - s.beta_2 ** (server_round + 1.0)) / (1 - s.beta_1 ** (server_round + 1.0))
+        else:
+            state["v"] = v - (1 - s.beta_2) * delta**2 * np.sign(v - delta**2)
+            eta = s.lr
+        return eta * state["m"] / (np.sqrt(state["v"]) + s.tau)
+
+    def state_dict(self) -> dict[str, Weights]:
+        """The moments, for checkpoints."""
+        return {key: dict(state) for key, state in self.moments.items()}
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.moments = {key: dict(values) for key, values in state.items()}
