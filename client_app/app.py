@@ -232,8 +232,9 @@ def train_extra_selector(job: SiteJob) -> RecordDict:
 def train_single_model(job: SiteJob) -> RecordDict:
     """FedAvg, FedProx, HarmoFL, SCAFFOLD or FedBN local training of one model.
 
-    SCAFFOLD's client control variate ``c_k`` stays at the site from one
-    round to the next, stored per site (:mod:`client_app.site_state`).
+    SCAFFOLD's client control variate ``c_k``, and Adam's state under
+    ``optimizer-state = local``, stay at the site from one round to the next,
+    stored per site (:mod:`client_app.site_state`).
     """
     server_control = job.request.weights.get(records.SERVER_CONTROL)
     client_control = None
@@ -242,13 +243,19 @@ def train_single_model(job: SiteJob) -> RecordDict:
         client_control = stored if stored is not None else {
             key: np.zeros_like(value) for key, value in server_control.items()
         }
+    kept = None
+    if job.config.optimizer_state == "local":  # this site's Adam state from its previous round, never sent
+        kept = load_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE) or {}
     options = GlobalClientOptions(
         proximal_mu=job.config.proximal_mu if job.method.proximal else 0.0,
         server_control=server_control,
         client_control=client_control,
+        optimizer_state=kept,
     )
     update, metrics = train_global_client(job.request.weights[records.GLOBAL], job.site.train, job.spec,
                                           job.settings, options, job.device)
+    if update.optimizer_state is not None:
+        save_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE, update.optimizer_state)
     delta = None
     if update.client_control is not None and client_control is not None:
         delta = {key: update.client_control[key] - client_control[key] for key in client_control}

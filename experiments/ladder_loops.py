@@ -109,13 +109,21 @@ def _save(folder: Path, state: dict) -> None:
 
 
 def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
-                 server_round: int, device: torch.device, optimizer: ServerOptimizer) -> Weights:
+                 server_round: int, device: torch.device, optimizer: ServerOptimizer,
+                 kept: dict[str, Weights]) -> Weights:
     """One FedAvg round as the app runs it: each site trains from ``weights``; the server averages them
-    (``step-normalization``) and takes its optimizer's step (``server-optimizer``; ``none`` keeps the average)."""
+    (``step-normalization``) and takes its optimizer's step (``server-optimizer``; ``none`` keeps the average).
+
+    ``kept`` maps each site to its Adam state, read and updated under ``optimizer-state = local``.
+    """
     updates, steps = [], []
     for index, site in enumerate(train_sites):
+        options = GlobalClientOptions(optimizer_state=kept.get(site.name, {})) \
+            if config.optimizer_state == "local" else GlobalClientOptions()
         update, metrics = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
-                                              GlobalClientOptions(), device)
+                                              options, device)
+        if update.optimizer_state is not None:
+            kept[site.name] = update.optimizer_state
         updates.append(update)
         steps.append(metrics["steps"])
     return optimizer.aggregate(weights, [u.weights for u in updates], [u.num_examples for u in updates], steps,
@@ -132,12 +140,13 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     if state is None:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0,
-                 "server-optimizer": {}}
+                 "server-optimizer": {}, "optimizer-states": {}}
     optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
     optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
-        state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device, optimizer)
+        state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device, optimizer,
+                                        state["optimizer-states"])
         state["round"], state["server-optimizer"] = server_round, optimizer.state_dict()
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             set_weights(model, state["weights"], "global model")

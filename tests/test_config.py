@@ -169,3 +169,11 @@ def test_harmofl_always_uses_both_components_and_switches_add_them_elsewhere():
 def test_harmofl_settings_out_of_range_name_their_key(key, value):
     with pytest.raises(ValueError, match=key):
         RunConfig.from_mapping({key: value})
+
+
+def test_kept_optimizer_state_is_for_the_single_model_strategies():
+    assert RunConfig.from_mapping({"strategy": "fedavg", "optimizer-state": "local"}).optimizer_state == "local"
+    with pytest.raises(ValueError, match="optimizer-state = 'local' applies to the single-model strategies"):
+        RunConfig.from_mapping({"strategy": "fedsm", "optimizer-state": "local"})
+    with pytest.raises(ValueError, match="optimizer-state"):
+        RunConfig.from_mapping({"optimizer-state": "averaged"})

@@ -54,8 +54,8 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
     return strategy.global_weights
 
 
-@pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"}],
-                         ids=["fedavg", "fednova-fedadam"])
+@pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"},
+                                    {"optimizer-state": "local"}], ids=["fedavg", "fednova-fedadam", "local-adam"])
 def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
     # Prepare
     settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}
@@ -67,10 +67,10 @@ def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(se
     start = dict(weights)
 
     # Execute
-    optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
+    optimizer, kept = ServerOptimizer(ServerOptimizerSettings.from_run_config(config)), {}
     for server_round in (1, 2):
         weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"),
-                                            optimizer)
+                                            optimizer, kept)
     app = _app_fedavg(settings, 2)
 
     # Assert

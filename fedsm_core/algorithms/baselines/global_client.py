@@ -20,6 +20,7 @@ from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
+from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,20 +33,25 @@ class GlobalClientOptions:
         FedProx's ``mu``; 0 adds no term.
     server_control, client_control : dict or None
         SCAFFOLD's ``c`` and ``c_k``; ``None`` trains without correction.
+    optimizer_state : dict or None
+        Adam's state to start from (``optimizer-state = local``: what this
+        site's Adam ended its previous round with); ``None`` starts a fresh Adam.
     """
 
     proximal_mu: float = 0.0
     server_control: Weights | None = None
     client_control: Weights | None = None
+    optimizer_state: Weights | None = None
 
 
 @dataclasses.dataclass
 class GlobalUpdate:
-    """A client's reply: trained weights, its size and (SCAFFOLD) its new control variate."""
+    """A client's reply: trained weights, its size, (SCAFFOLD) its new control variate, and its Adam state."""
 
     weights: Weights
     num_examples: int
     client_control: Weights | None = None
+    optimizer_state: Weights | None = None
 
 
 def train_global_client(
@@ -75,9 +81,13 @@ def train_global_client(
             raise ValueError("SCAFFOLD needs the client's control variate as well as the server's")
         scaffold = ScaffoldCorrection(options.server_control, options.client_control)
         hooks.append(scaffold)
-    learner = Learner("global", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss, hooks=hooks)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    if options.optimizer_state is not None:
+        load_adam_state(model, optimizer, options.optimizer_state)
+    learner = Learner("global", model, optimizer, soft_dice_loss, hooks=hooks)
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
                              settings.augmentation, settings.precision)
     control = scaffold.new_client_control(model) if scaffold is not None else None
-    return GlobalUpdate(get_weights(model), len(data.images), control), metrics
+    kept = adam_state_to_arrays(model, optimizer) if options.optimizer_state is not None else None
+    return GlobalUpdate(get_weights(model), len(data.images), control, kept), metrics

@@ -1,0 +1,70 @@
+"""A single model's local training: Adam's state fresh every round (reset) or kept at the site (local)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.losses import soft_dice_loss
+from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.training.local_update import Learner, train_on_split
+
+SPEC = ModelSpec("mobilenet_v2", num_structures=1, num_sites=2, selector_width=4)
+
+
+def _data() -> SegArrays:
+    rng = np.random.default_rng(0)
+    return SegArrays(rng.random((6, 3, 32, 32), dtype=np.float32),
+                     (rng.random((6, 1, 32, 32)) > 0.5).astype(np.float32), tuple(f"x/{i}" for i in range(6)))
+
+
+def _round(weights, seed: int, kept):
+    settings = TrainSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
+                             precision="fp32")
+    return train_global_client(weights, _data(), SPEC, settings, GlobalClientOptions(optimizer_state=kept),
+                               torch.device("cpu"))
+
+
+def test_kept_adam_state_continues_into_the_next_round_and_reset_starts_afresh():
+    # Prepare
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    start = get_weights(SPEC.build_segmentation())
+
+    # Execute: round 1 reset and local (its first round starts fresh too), round 2 of each
+    reset_1, _ = _round(start, 1, None)
+    local_1, metrics = _round(start, 1, {})
+    reset_2, _ = _round(reset_1.weights, 2, None)
+    local_2, _ = _round(local_1.weights, 2, local_1.optimizer_state)
+
+    # Assert: round 1 is bit for bit the same; the kept state counts both rounds' steps; round 2 then differs
+    assert reset_1.optimizer_state is None and metrics["steps"] == 2
+    for key, value in reset_1.weights.items():
+        np.testing.assert_array_equal(local_1.weights[key], value, err_msg=key)
+    steps = {key: float(v) for key, v in local_2.optimizer_state.items() if key.endswith("/step")}
+    assert set(steps.values()) == {4.0}  # 2 steps in each round, counted on from round 1
+    assert any(not np.array_equal(local_2.weights[k], v) for k, v in reset_2.weights.items())
+
+
+def test_two_rounds_with_kept_state_equal_one_adam_over_both_rounds():
+    # Prepare
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    start = get_weights(SPEC.build_segmentation())
+    model = SPEC.build_segmentation()
+    set_weights(model, start, "start")
+    learner = Learner("global", model, torch.optim.Adam(model.parameters(), lr=1e-3), soft_dice_loss)
+
+    # Execute: two rounds through the client, and one optimizer that is never re-created over the same batches
+    first, _ = _round(start, 1, {})
+    second, _ = _round(first.weights, 2, first.optimizer_state)
+    for seed in (1, 2):
+        train_on_split([learner], _data(), 3, 1, 0, seed, "cpu", "flip", "fp32")
+
+    # Assert
+    for key, value in get_weights(model).items():
+        np.testing.assert_array_equal(second.weights[key], value, err_msg=key)
