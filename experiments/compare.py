@@ -40,7 +40,7 @@ from experiments.comparison_table import comparison_table, plot_curves, write_lo
 from experiments.progress import over_runs
 from experiments.study_runs import interrupted_checkpoint
 from fedsm_core.algorithms.fedsm.client import TrainSettings
-from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
+from fedsm_core.analysis.pooled import concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import dataset_info, training_dataset
@@ -185,7 +185,8 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
         train = concat_arrays([s.train for s in sites.values()]) if job == "Centralized" else \
             sites[info.site_names[int(job.split("-")[1]) - 1]].train
         on_epoch = (lambda e, d: curve.append((e, d))) if job == "Centralized" else None
-        model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch)
+        model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch,
+                                pass_lr_factor(config))
         if on_model is not None:
             on_model(job, model, sites)
         per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}

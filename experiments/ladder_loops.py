@@ -24,7 +24,7 @@ from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
-from fedsm_core.analysis.pooled import concat_arrays, train_on_arrays
+from fedsm_core.analysis.pooled import concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
@@ -93,7 +93,8 @@ def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
             curve.append((epoch, dice))
 
     model = train_on_arrays(spec, concat_arrays([s.train for s in sites]), settings,
-                            config.num_server_rounds * config.local_epochs, validation, device, on_epoch)
+                            config.num_server_rounds * config.local_epochs, validation, device, on_epoch,
+                            pass_lr_factor(config))
     return CellResult({"global": curve}, {"global": score(model, sites, "test", device)})
 
 

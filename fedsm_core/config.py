@@ -53,6 +53,9 @@ class RunConfig:
     max_local_steps: int = 0
     augmentation: str = "flip"
     lr: float = 2e-3
+    lr_schedule: str = "constant"
+    lr_warmup_rounds: int = 0
+    lr_min_factor: float = 0.0
     selector_lr: float = 1e-3
     selector_width: int = 32
     selector_negatives: bool = True

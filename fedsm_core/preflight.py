@@ -38,6 +38,7 @@ from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.federation import load_federation, locate_spec
 from fedsm_core.data.registry import training_dataset
+from fedsm_core.training.lr_schedule import LRSchedule
 from fedsm_core.methods import METHODS
 
 # flwr's own pattern for --run-config "k=v k2='text'" (flwr.common.config.parse_config_args)
@@ -131,11 +132,13 @@ def _file_problems(config: RunConfig) -> list[str]:
 
 def _settings_problems(config: RunConfig) -> list[str]:
     """What the subsystems' own settings refuse (each checks itself once)."""
-    try:
-        ServerOptimizerSettings.from_run_config(config)
-    except ValueError as error:
-        return [f"{error}; set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"]
-    return []
+    problems = []
+    for settings in (ServerOptimizerSettings, LRSchedule):
+        try:
+            settings.from_run_config(config)
+        except ValueError as error:
+            problems.append(f"{error}; set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config")
+    return problems
 
 
 def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False) -> RunCheck:

@@ -7,12 +7,14 @@ as one round with ``local-epochs = 1`` is for a federated site.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation import evaluate_model
 from fedsm_core.losses import soft_dice_loss
@@ -20,6 +22,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.reporting import pool_site_metrics
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.lr_schedule import LRSchedule
 
 EpochCallback = Callable[[int, float], None]
 
@@ -43,11 +46,15 @@ def train_on_arrays(
     validation: Mapping[str, SegArrays],
     device: torch.device | str = "cpu",
     on_epoch: EpochCallback | None = None,
+    lr_factor: Callable[[int], float] | None = None,
 ) -> torch.nn.Module:
     """Train one fresh U-Net on ``data`` for ``epochs`` passes.
 
     After every epoch the pooled validation Dice over ``validation`` (site ->
     split) is passed to ``on_epoch(epoch, dice)``, for training curves.
+    ``lr_factor(epoch)`` (1-based), when given, scales ``settings.lr`` in that
+    epoch, as the schedule over rounds scales a federated site's
+    (:func:`pass_lr_factor`); the one Adam keeps its moments throughout.
 
     Returns
     -------
@@ -59,6 +66,9 @@ def train_on_arrays(
     learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss)
     generator = torch.Generator().manual_seed(settings.seed)
     for epoch in range(1, epochs + 1):
+        if lr_factor is not None:
+            for group in learner.optimizer.param_groups:
+                group["lr"] = settings.lr * lr_factor(epoch)
         train_local(
             [learner],
             lambda: iterate_batches(data, settings.batch_size, shuffle=True, augment=settings.augmentation,
@@ -72,3 +82,9 @@ def train_on_arrays(
             per_site = {site: evaluate_model(model, split, device=device) for site, split in validation.items()}
             on_epoch(epoch, pool_site_metrics(per_site)["dice-global"])
     return model.eval()
+
+
+def pass_lr_factor(config: RunConfig) -> Callable[[int], float]:
+    """The run's lr schedule over centralized passes: pass ``p`` trains at round ``ceil(p / local-epochs)``'s rate."""
+    schedule = LRSchedule.from_run_config(config)
+    return lambda epoch: schedule.factor(math.ceil(epoch / config.local_epochs), config.num_server_rounds)

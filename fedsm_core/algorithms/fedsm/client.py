@@ -20,6 +20,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
+from fedsm_core.training.lr_schedule import LRSchedule
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 from fedsm_core.training.weight_perturbation import WeightPerturbation
 
@@ -43,12 +44,16 @@ class TrainSettings:
 
 
 def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
-    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed."""
+    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed.
+
+    ``lr`` follows the run's schedule over rounds (:mod:`fedsm_core.training.lr_schedule`).
+    """
+    schedule = LRSchedule.from_run_config(config)
     return TrainSettings(
         batch_size=config.batch_size,
         local_epochs=config.local_epochs,
         max_local_steps=config.max_local_steps,
-        lr=config.lr,
+        lr=config.lr * schedule.factor(server_round, config.num_server_rounds),
         selector_lr=config.selector_lr,
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,
         selector_negatives=config.selector_negatives,
