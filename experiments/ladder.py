@@ -7,6 +7,16 @@ continues from its last checkpoint)::
         --datasets synthetic-fundus-style synthetic-fundus experiments/federations/drishti-six-site.toml \\
         --methods fedavg fedsm
 
+A setting to compare is a variant: its cells are named ``<method>:<name>`` and
+sit in the same CSV beside the plain method and the one centralized reference::
+
+    python -m experiments.ladder --out experiments/results/ladder --seeds 0 --rounds 100 \\
+        --datasets synthetic-fundus-style --methods fedavg --rungs real \\
+        --variant local-adam --variant-config "optimizer-state='local'"
+
+Several sittings may share one ``--out`` at once (one per free core): a cell
+is locked while it trains, and each sitting skips cells another holds.
+
 For each dataset and seed it trains centralized (one Adam over all passes of
 the pooled training images), then each method on three partitions of the same
 training images (:mod:`fedsm_core.data.repartition`): ``one-site`` (the round
@@ -25,8 +35,10 @@ test Dice), ``seconds``), ``table.md`` (:mod:`experiments.ladder_table`) and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
+import fcntl
 import platform
 import subprocess
 import sys
@@ -48,13 +60,18 @@ METHODS = ("fedavg", "fedsm")
 CENTRALIZED = "centralized"
 
 
-def cells(datasets: list[str], methods: list[str], seeds: list[int]) -> list[tuple[str, str, str, int]]:
-    """``(dataset, method, rung, seed)`` in run order: centralized first, then each method's rungs."""
+def cells(datasets: list[str], methods: list[str], seeds: list[int], rungs: list[str] = list(PARTITIONS),
+          variant: str = "") -> list[tuple[str, str, str, int]]:
+    """``(dataset, method, rung, seed)`` in run order: centralized first, then each method's rungs.
+
+    A ``variant``'s cells are named ``<method>:<variant>`` (centralized has none: it is the reference).
+    """
     order = []
     for dataset in datasets:
         for seed in seeds:
             order.append((dataset, CENTRALIZED, "pooled", seed))
-            order += [(dataset, method, rung, seed) for method in methods for rung in PARTITIONS]
+            order += [(dataset, f"{method}:{variant}" if variant else method, rung, seed)
+                      for method in methods for rung in rungs]
     return order
 
 
@@ -67,8 +84,33 @@ def finished_cells(csv_path: Path) -> set[tuple[str, str, str, int]]:
                 if r["kind"] == "seconds"}
 
 
+@contextlib.contextmanager
+def locked(path: Path, wait: bool = True):
+    """An exclusive ``flock`` on ``path`` (created), so sittings in several processes can share one folder.
+
+    Yields whether the lock was taken (always, when ``wait``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
-    """Add one finished cell's rows to the CSV (the header on first write)."""
+    """Add one finished cell's rows to the CSV (the header on first write), under the folder's lock."""
+    with locked(csv_path.with_suffix(".lock")):
+        _append(csv_path, cell, result)
+        write_table(csv_path, csv_path.parent / "table.md")
+
+
+def _append(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
     fresh = not csv_path.exists()
     dataset, method, rung, seed = cell
     with csv_path.open("a", newline="") as handle:
@@ -81,7 +123,7 @@ def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellRes
 
 def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, object], method: str) -> RunConfig:
     """The run config of one cell: ``overrides`` plus dataset, seed (also the data seed) and rounds."""
-    strategy = "fedsm" if method == "fedsm" else "fedavg"
+    strategy = "fedsm" if method.split(":")[0] == "fedsm" else "fedavg"
     return RunConfig.from_mapping({"eval-every": 5, **overrides, "dataset": dataset, "seed": seed,
                                    "data-seed": seed, "num-server-rounds": rounds, "strategy": strategy})
 
@@ -104,34 +146,53 @@ def log_sitting(out: Path, argv: list[str], done: int, total: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the cells left, writing the CSV and the table after each."""
+    """Run the cells left, writing the CSV and the table after each.
+
+    Several sittings may share ``--out`` at once (one per core, say): each
+    takes a cell's lock before training it and skips cells another holds.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--datasets", nargs="+", required=True)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--rungs", nargs="+", choices=PARTITIONS, default=list(PARTITIONS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=100, help="rounds (centralized: passes) per cell")
-    parser.add_argument("--run-config", default="", help='overrides, e.g. "lr=0.002 image-size=64"')
+    parser.add_argument("--run-config", default="", help='overrides of every cell, e.g. "lr=0.002 image-size=64"')
+    parser.add_argument("--variant", default="", help="a name for --variant-config: its cells are <method>:<name>")
+    parser.add_argument("--variant-config", default="", help='what the variant changes, e.g. "optimizer-state=\'local\'"')
     args = parser.parse_args(argv)
+    if bool(args.variant) != bool(args.variant_config):
+        parser.error("--variant and --variant-config go together")
     overrides = parse_overrides(args.run_config)
+    variant = {**overrides, **parse_overrides(args.variant_config)}
     for dataset in args.datasets:  # every setting is checked before any training
-        cell_config(dataset, args.seeds[0], args.rounds, overrides, "fedsm")
-    args.out.mkdir(parents=True, exist_ok=True)
+        for method in args.methods:
+            cell_config(dataset, args.seeds[0], args.rounds, variant, method)
     csv_path = args.out / "results.csv"
-    todo = cells(args.datasets, args.methods, args.seeds)
+    todo = cells(args.datasets, args.methods, args.seeds, args.rungs, args.variant)
     done = finished_cells(csv_path)
+    args.out.mkdir(parents=True, exist_ok=True)
     log_sitting(args.out, sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
     left = [cell for cell in todo if cell not in done]
     for cell in over_runs(left, "ladder", total=len(todo), done=len(todo) - len(left)):
-        dataset, method, rung, seed = cell
-        started = time.monotonic()
-        config = cell_config(dataset, seed, args.rounds, overrides, method)
-        result = run_cell(config, method, rung, args.out / "runs" / "-".join(map(str, cell)).replace("/", "_"))
-        append_rows(csv_path, cell, result)
-        write_table(csv_path, args.out / "table.md")
-        print(f"[ladder] {dataset} {method} {rung} seed {seed}: client-average test Dice "
-              f"{result.client_average():.4f} ({time.monotonic() - started:.0f} s)", flush=True)
+        folder = args.out / "runs" / "-".join(map(str, cell)).replace("/", "_")
+        with locked(folder.with_suffix(".lock"), wait=False) as mine:
+            if mine and cell not in finished_cells(csv_path):  # not taken, nor finished by another sitting
+                run_one(cell, variant if cell[1] != CENTRALIZED else overrides, args.rounds, folder, csv_path)
     return 0
+
+
+def run_one(cell: tuple[str, str, str, int], overrides: dict[str, object], rounds: int, folder: Path,
+            csv_path: Path) -> None:
+    """Train, score and record one cell."""
+    dataset, method, rung, seed = cell
+    started = time.monotonic()
+    config = cell_config(dataset, seed, rounds, overrides, method)
+    result = run_cell(config, method.split(":")[0], rung, folder)
+    append_rows(csv_path, cell, result)
+    print(f"[ladder] {dataset} {method} {rung} seed {seed}: client-average test Dice "
+          f"{result.client_average():.4f} ({time.monotonic() - started:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

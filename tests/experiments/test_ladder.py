@@ -121,3 +121,29 @@ def test_rounds_to_target_is_the_first_evaluated_round_that_reaches_it():
     assert rounds_to(curve, 0.90) == 15
     assert rounds_to(curve, 0.80) == 10
     assert rounds_to(curve, 0.95) is None
+
+
+def test_a_variant_adds_its_own_rows_and_a_cell_another_sitting_holds_is_skipped(tmp_path, monkeypatch):
+    # Prepare: the centralized reference is finished; another sitting holds the variant's iid cell
+    trained = []
+    monkeypatch.setattr(ladder, "run_cell", lambda config, method, rung, folder: trained.append(
+        (method, rung, config.optimizer_state)) or _fake_result())
+    common = ["--out", str(tmp_path), "--datasets", "synthetic-fundus", "--methods", "fedavg", "--rounds", "2",
+              "--run-config", TINY_TEXT]
+    assert ladder.main([*common, "--rungs", "real"]) == 0
+    held = tmp_path / "runs" / "synthetic-fundus-fedavg:local-iid-0.lock"
+
+    # Execute
+    with ladder.locked(held):
+        assert ladder.main([*common, "--rungs", "iid", "real", "--variant", "local",
+                            "--variant-config", "optimizer-state='local'"]) == 0
+
+    # Assert: the variant's real cell ran with its setting; centralized and the held cell did not run again
+    assert trained == [("centralized", "pooled", "reset"), ("fedavg", "real", "reset"), ("fedavg", "real", "local")]
+    methods = {key[0] for key in read_cells(tmp_path / "results.csv")["synthetic-fundus"][0]}
+    assert methods == {"centralized", "fedavg", "fedavg:local"}
+    assert "| fedavg:local | real | global |" in (tmp_path / "table.md").read_text()
+
+
+def _fake_result() -> ladder_loops.CellResult:
+    return ladder_loops.CellResult({"global": [(1, 0.5), (2, 0.6)]}, {"global": {"site-1": 0.7, "pooled": 0.7}}, 1.0)
