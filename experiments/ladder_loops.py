@@ -142,6 +142,8 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0,
                  "server-optimizer": {}, "optimizer-states": {}}
+    for key in ("server-optimizer", "optimizer-states"):  # checkpoints of the ladder's first version lack them
+        state.setdefault(key, {})
     optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
     optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
