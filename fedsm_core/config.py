@@ -72,7 +72,7 @@ class RunConfig:
     pfedme_lambda: float = 15.0
     pfedme_k: int = 5
     pfedme_eta: float = 0.005
-    softpull_lambda: float = 0.7
+    softpull_lambda: float = 0.99
     proximal_mu: float = 0.01
     server_optimizer: str = "none"
     server_lr: float = 1.0

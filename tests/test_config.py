@@ -20,7 +20,7 @@ def test_defaults_parse():
     # Assert
     assert from_empty == RunConfig()
     assert from_empty.strategy == "fedsm"
-    assert from_empty.softpull_lambda == 0.7
+    assert from_empty.softpull_lambda == 0.99
     assert from_empty.image_size == 64
 
 
