@@ -114,9 +114,9 @@ def encode_fedsm_reply(update: FedSMUpdate, metrics: Metrics) -> RecordDict:
     return content
 
 
-def decode_fedsm_reply(weights: Mapping[str, Weights], num_examples: int) -> FedSMUpdate:
+def decode_fedsm_reply(weights: Mapping[str, Weights], num_examples: int, steps: float = float("nan")) -> FedSMUpdate:
     """The update of a reply whose records :func:`decode_weights` read (and the server checked)."""
-    return FedSMUpdate(*(weights[key] for key in FEDSM_KEYS), num_examples=num_examples)
+    return FedSMUpdate(*(weights[key] for key in FEDSM_KEYS), num_examples=num_examples, steps=steps)
 
 
 def encode_extra_selector_train(global_weights: Weights, personalized: Sequence[Weights], selector: Weights,

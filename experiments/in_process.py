@@ -99,7 +99,7 @@ def train_round(federation: Federation, server_round: int) -> int:
             update = dataclasses.replace(update, selector_optimizer={})
         updates[site.name] = update
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
-    federation.fedsm.aggregate(updates)
+    federation.fedsm.aggregate(updates, server_round)
     config = federation.config
     schedule = AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
     if config.uses_amplitude_normalization and schedule.due(server_round):  # as the FedSM strategy does

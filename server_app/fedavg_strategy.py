@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-import numpy as np
-
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -94,22 +92,13 @@ class FedAvgStrategy(SiteStrategy):
             site = self.site_of(reply)
             decoded = self.decode_weights(server_round, site, reply, self.expected_records())
             size = self.num_examples(server_round, site, reply) if decoded is not None else None
-            if size is not None and self.server_optimizer.settings.step_normalization != "none" \
-                    and not self.local_steps(reply) >= 1:
-                self.reject(server_round, site, f"malformed reply: steps = {self.local_steps(reply)!r}, expected >= 1 "
-                                                "(step-normalization divides by it)")
+            if size is not None and not self.has_steps(server_round, site, reply, self.server_optimizer.settings):
                 size = None
             if decoded is not None and size is not None:
                 accepted.append((site, reply, decoded[records.GLOBAL], size))
         self.note_absent(server_round, [site for site, _, _, _ in accepted])
         self.require_replies(server_round, len(accepted))
         return accepted
-
-    @staticmethod
-    def local_steps(reply: Message) -> float:
-        """The local steps a reply reports (``steps`` metric); NaN when it reports none."""
-        value = reply.content[records.METRICS].get("steps", float("nan"))
-        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else float("nan")
 
     def expected_records(self) -> dict[str, Weights]:
         """Array records a reply must hold, with the layout they must have."""

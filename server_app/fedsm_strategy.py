@@ -110,13 +110,14 @@ class FedSMStrategy(SiteStrategy):
             if decoded is None:
                 continue
             num_examples = self.num_examples(server_round, site, reply)
-            if num_examples is None:
+            if num_examples is None or not self.has_steps(server_round, site, reply,
+                                                          self.fedsm.global_optimizer.settings):
                 continue
-            updates[site] = decode_fedsm_reply(decoded, num_examples)
+            updates[site] = decode_fedsm_reply(decoded, num_examples, self.local_steps(reply))
             accepted.append(reply)
         self.note_absent(server_round, updates)
         self.require_replies(server_round, len(updates))
-        self.fedsm.aggregate(updates)
+        self.fedsm.aggregate(updates, server_round)
         self._fix_amplitude(server_round, list(updates.values()))
         metrics = self.mean_metrics(accepted)
         log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))
@@ -191,7 +192,8 @@ class FedSMStrategy(SiteStrategy):
         """The base state plus the super model, the selector's moments and gamma."""
         return {**super().state_dict(), "global": self.fedsm.global_weights, "personalized": self.fedsm.personalized,
                 "selector": self.fedsm.selector_weights, "selector-optimizer": self.fedsm.selector_optimizer,
-                "gamma": self.gamma, "last-counts": self.last_counts}
+                "gamma": self.gamma, "last-counts": self.last_counts,
+                "server-optimizer": self.fedsm.global_optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
@@ -202,6 +204,7 @@ class FedSMStrategy(SiteStrategy):
         self.fedsm.selector_optimizer = state["selector-optimizer"]
         self.gamma = check_gamma(state["gamma"])
         self.last_counts = dict(state["last-counts"])
+        self.fedsm.global_optimizer.load_state_dict(state.get("server-optimizer", {}))  # none in older checkpoints
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """The super model for each site, with only the personalized models the site said it needs."""

@@ -12,6 +12,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from app_protocol import records
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.models.weights import Weights, check_same_layout
 from fedsm_core.reporting import pool_site_metrics
 from server_app.discovery import SiteNode
@@ -227,6 +228,20 @@ class SiteStrategy(Strategy):
             self.reject(server_round, site, f"malformed reply: num-examples = {value!r}, expected >= 1")
             return None
         return int(value)
+
+    @staticmethod
+    def local_steps(reply: Message) -> float:
+        """The local steps a reply reports (``steps`` metric); NaN when it reports none."""
+        value = reply.content[records.METRICS].get("steps", float("nan"))
+        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else float("nan")
+
+    def has_steps(self, server_round: int, site: str, reply: Message, settings: ServerOptimizerSettings) -> bool:
+        """Whether the reply reports the local steps ``step-normalization`` divides by (rejected and logged if not)."""
+        if settings.step_normalization == "none" or self.local_steps(reply) >= 1:
+            return True
+        self.reject(server_round, site, f"malformed reply: steps = {self.local_steps(reply)!r}, expected >= 1 "
+                                        "(step-normalization divides by it)")
+        return False
 
     def note_absent(self, server_round: int, replied: Iterable[str]) -> None:
         """Record sites that sent no reply at all this round."""

@@ -52,6 +52,7 @@ def _app_rounds(settings: dict[str, object], rounds: int):
     ({"amplitude-normalization": True}, 1),  # HarmoFL's amplitude is fixed after round 1
     ({"personalization": "apfl"}, 2),  # round 2 starts from what each site kept of round 1
     ({"selector-moments": "averaged"}, 2),  # the server's averaged moments instead of each site's own
+    ({"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"}, 2),  # steps travel in replies
 ])
 def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
     # Prepare

@@ -143,6 +143,7 @@ def train_fedsm_client(
         selector_optimizer=adam_state_to_arrays(selector, selector_step.optimizer),
         num_examples=len(data.images),
         client_state=personal.client_state(),
+        steps=metrics["steps"],
     )
     return update, metrics
 

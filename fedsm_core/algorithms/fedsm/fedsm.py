@@ -13,6 +13,7 @@ from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics, with_fitted_head
 from fedsm_core.algorithms.fedsm.softpull import check_lam
 from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.config import SELECTOR_WEIGHTINGS, RunConfig
 from fedsm_core.data.statistics import ChannelStatistics, pool_channel_statistics
 from fedsm_core.models.spec import ModelSpec
@@ -44,6 +45,8 @@ class FedSMUpdate:
     num_examples: int
     client_state: Weights = dataclasses.field(default_factory=dict)
     """What the site keeps for its next round (APFL's ``v_k`` and ``alpha_k``); never sent."""
+    steps: float = float("nan")
+    """The local steps the site took (its ``steps`` metric), for ``step-normalization``."""
 
 
 def _copy(weights: Mapping[str, np.ndarray]) -> Weights:
@@ -55,7 +58,9 @@ class FedSM:
 
     After each round (Algorithm 1):
 
-    * global model: ``w <- sum_k (n_k / n) w_k`` over the replies;
+    * global model: ``w <- sum_k (n_k / n) w_k`` over the replies, or the
+      server optimizer's step from it (``server-optimizer``, ``step-normalization``:
+      :mod:`fedsm_core.algorithms.server_optimizer`);
     * selector and its Adam moments: averaged (equally by default, see
       ``selector_weighting``), so every client starts the
       next round from one shared optimizer state (a client only ever sees its
@@ -88,6 +93,8 @@ class FedSM:
         (FedSM's own, default) or a method that keeps them local (``ft``,
         ``apfl``, ``ditto``, ``perfedavg``, ``pfedme``); ``lam`` is then checked
         but unused.
+    server_optimizer : ServerOptimizerSettings, optional
+        How the global model moves toward the sites' average; plain averaging when omitted.
     """
 
     def __init__(
@@ -98,6 +105,7 @@ class FedSM:
         lam: float,
         selector_weighting: str = "equal",
         personalization: str = "softpull",
+        server_optimizer: ServerOptimizerSettings | None = None,
     ) -> None:
         if selector_weighting not in SELECTOR_WEIGHTINGS:
             raise ValueError(f"selector-weighting = '{selector_weighting}' is not one of {list(SELECTOR_WEIGHTINGS)}")
@@ -113,6 +121,7 @@ class FedSM:
         self.personalized = {site: _copy(global_weights) for site in self.site_names}
         self.selector_weights = _copy(selector_weights)
         self.selector_optimizer: Weights = {}
+        self.global_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings())
 
     def payload_for(self, site: str) -> FedSMPayload:
         """The models site ``site`` needs for one round of local training."""
@@ -120,8 +129,8 @@ class FedSM:
             raise KeyError(f"unknown site '{site}'; known sites: {self.site_names}")
         return FedSMPayload(self.global_weights, self.personalized[site], self.selector_weights, self.selector_optimizer)
 
-    def aggregate(self, updates: Mapping[str, FedSMUpdate]) -> None:
-        """Fold one round of client updates into the super model."""
+    def aggregate(self, updates: Mapping[str, FedSMUpdate], server_round: int = 1) -> None:
+        """Fold round ``server_round``'s client updates into the super model."""
         if not updates:
             raise ValueError("FedSM.aggregate: no client updates in this round")
         unknown = sorted(set(updates) - set(self.personalized))
@@ -132,7 +141,8 @@ class FedSM:
         replies = list(updates.values())
         sizes = [update.num_examples for update in replies]
         # Everything is computed before anything is assigned, so a failure leaves the state intact.
-        global_weights = weighted_average([u.global_weights for u in replies], sizes)
+        global_weights = self.global_optimizer.aggregate(self.global_weights, [u.global_weights for u in replies],
+                                                         sizes, [u.steps for u in replies], server_round)
         selector_sizes = sizes if self.selector_weighting == "size" else [1.0] * len(replies)
         selector_weights = weighted_average([u.selector_weights for u in replies], selector_sizes)
         selector_optimizer = self.selector_optimizer
@@ -214,5 +224,5 @@ def initial_fedsm(
     if extra_selector_spec is None:
         selector.set_input_statistics(pixels.mean, pixels.std)
     fedsm = FedSM(site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting, config.personalization)
+                  config.selector_weighting, config.personalization, ServerOptimizerSettings.from_run_config(config))
     return fedsm, extra

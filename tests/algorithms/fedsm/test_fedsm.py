@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 
 SITES = ("a", "b", "c")
 
@@ -267,3 +270,20 @@ def test_equal_selector_weighting_averages_selector_and_moments_per_site():
 def test_unknown_selector_weighting_is_rejected():
     with pytest.raises(ValueError, match="selector-weighting = 'median'"):
         FedSM(["a"], {"w": np.zeros(1)}, {"fc": np.zeros(1)}, 1.0, "median")
+
+
+def test_the_global_model_takes_the_server_optimizers_step_and_fednovas_average():
+    # Prepare: FedAvgM (lr 0.5) over FedNova's average; site a (n = 1) took 2 steps, site b (n = 3) 6 steps
+    server = FedSM(SITES, {"w": np.array([0.0, 0.0])}, {"fc": np.array([0.0])}, 0.5, "size",
+                   server_optimizer=ServerOptimizerSettings("momentum", lr=0.5, step_normalization="fednova"))
+    updates = {site: dataclasses.replace(update, global_weights={"w": update.global_weights["w"]},
+                                         personal_weights={"w": update.personal_weights["w"]}, steps=steps)
+               for (site, update), steps in zip(_round_updates().items(), (2.0, 6.0), strict=True)}
+
+    # Execute
+    server.aggregate(updates, server_round=1)
+
+    # Assert, by hand: p = (1/4, 3/4), tau_eff = 5; per-step updates (2, 0) and (0, 2/3);
+    # FedNova's average 5 * (1/4 * (2, 0) + 3/4 * (0, 2/3)) = (2.5, 2.5); half a step toward it: (1.25, 1.25)
+    np.testing.assert_allclose(server.global_weights["w"], [1.25, 1.25], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(server.selector_weights["fc"], [5.0])  # the selector is averaged as before
