@@ -66,6 +66,11 @@ class CellResult:
         return float(np.mean([d for site, d in test.items() if site != POOLED]))
 
 
+def report(config: RunConfig, server_round: int, dice: float) -> None:
+    """One progress line per evaluated round: a cell of 100 rounds takes minutes to an hour on a CPU."""
+    print(f"[ladder]   round {server_round}/{config.num_server_rounds}: pooled validation Dice {dice:.4f}", flush=True)
+
+
 def load_sites(config: RunConfig) -> list[SiteSplits]:
     """Every real site of the run's dataset, as the ClientApps load them."""
     info = training_dataset(config.dataset, config.held_out_site)
@@ -91,6 +96,7 @@ def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
     def on_epoch(epoch: int, dice: float) -> None:
         if epoch % config.eval_every == 0 or epoch == config.num_server_rounds:
             curve.append((epoch, dice))
+            report(config, epoch, dice)
 
     model = train_on_arrays(spec, concat_arrays([s.train for s in sites]), settings,
                             config.num_server_rounds * config.local_epochs, validation, device, on_epoch,
@@ -154,6 +160,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             set_weights(model, state["weights"], "global model")
             state["curve"].append((server_round, score(model.to(device), sites, "val", device)[POOLED]))
+            report(config, server_round, state["curve"][-1][1])
         state["seconds"] += time.monotonic() - began
         if server_round % config.eval_every == 0:
             _save(folder, state)
@@ -201,6 +208,7 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             set_weights(model, federation.fedsm.global_weights, "global model")
             state["curves"]["global"].append((server_round, score(model.to(device), sites, "val", device)[POOLED]))
+            report(config, server_round, state["curves"]["global"][-1][1])
             if routed:
                 state["validation"], dice = _super_validation(federation)
                 state["curves"]["super"].append((server_round, dice))
