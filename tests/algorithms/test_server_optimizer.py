@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvgM, FedYogi
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
@@ -48,15 +47,6 @@ def test_two_hand_computed_steps_of_each_optimizer():
     assert adam.step(w0, avg1, 1)["p"][0] == pytest.approx(1.0 + eta * 0.1 / (0.1 + 1e-3), abs=1e-15)
     # FedYogi round 1: v = 0 - 0.01 * 1 * sign(0 - 1) = 0.01, w = 1 + 0.1 * 0.1 / (0.1 + 1e-3)
     assert yogi.step(w0, avg1, 1)["p"][0] == pytest.approx(1.0 + 0.1 * 0.1 / (0.1 + 1e-3), abs=1e-15)
-
-
-@pytest.fixture
-def server_process():
-    """The identity the Flower runtime gives a ServerApp process (messages are stamped with it)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
 def _replies(sites: list[dict[str, np.ndarray]]) -> list[Message]:

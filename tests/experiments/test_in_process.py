@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import app as client
 from experiments import in_process
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
-from fedsm_core.device import set_cpu_threads
 from server_app.discovery import SiteNode
 from server_app.strategies import Setup, build_strategy
 
@@ -20,15 +18,7 @@ TINY = {"num-server-rounds": 1, "image-size": 32, "data-scale": 0.1, "max-local-
         "batch-size": 4}
 
 
-@pytest.fixture(autouse=True)
-def client_process(tmp_path, monkeypatch):
-    """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""
-    set_cpu_threads(1)
-    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+pytestmark = pytest.mark.usefixtures("client_process")
 
 
 def _app_rounds(settings: dict[str, object], rounds: int):

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Context, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import app as client
 from experiments import ladder, ladder_loops
@@ -15,7 +14,6 @@ from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimi
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
-from fedsm_core.device import set_cpu_threads
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 from server_app.discovery import SiteNode
@@ -26,15 +24,7 @@ TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 2, "selector-wid
 TINY_TEXT = " ".join(f"{key}={value}" for key, value in TINY.items())
 
 
-@pytest.fixture(autouse=True)
-def client_process(tmp_path, monkeypatch):
-    """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""
-    set_cpu_threads(1)
-    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+pytestmark = pytest.mark.usefixtures("client_process")
 
 
 def _app_fedavg(settings: dict[str, object], rounds: int):

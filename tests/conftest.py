@@ -1,0 +1,32 @@
+"""Fixtures shared across the test packages."""
+
+from __future__ import annotations
+
+import pytest
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedsm_core.device import set_cpu_threads
+
+
+def _identity(node_id: int):
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, node_id, 1
+    return saved
+
+
+@pytest.fixture
+def client_process(tmp_path, monkeypatch):
+    """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""
+    set_cpu_threads(1)
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+    saved = _identity(7)
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture
+def server_process():
+    """The identity the Flower runtime gives a ServerApp process (messages are stamped with it)."""
+    saved = _identity(0)
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
