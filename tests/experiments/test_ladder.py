@@ -70,11 +70,14 @@ def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(se
     assert any(not np.array_equal(start[k], v) for k, v in weights.items())
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedsm"])
-def test_an_interrupted_cell_ends_where_the_uninterrupted_one_ends(tmp_path, method):
-    # Prepare
+@pytest.mark.parametrize(("method", "kept"), [("fedavg", {}), ("fedavg", {"optimizer-state": "local",
+                                                                           "server-optimizer": "momentum",
+                                                                           "server-momentum": 0.5}), ("fedsm", {})],
+                         ids=["fedavg", "fedavg-kept-state", "fedsm"])
+def test_an_interrupted_cell_ends_where_the_uninterrupted_one_ends(tmp_path, method, kept):
+    # Prepare: with kept state, the sites' Adam states and the server's momentum must survive the interruption
     def config(rounds: int) -> RunConfig:
-        return ladder.cell_config("synthetic-fundus", 0, rounds, TINY, method)
+        return ladder.cell_config("synthetic-fundus", 0, rounds, {**TINY, **kept}, method)
 
     # Execute: two rounds at once; one round, then the same cell asked for two
     whole = ladder_loops.run_cell(config(2), method, "iid", tmp_path / "whole")
