@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -140,3 +144,19 @@ def test_a_variant_adds_its_own_rows_and_a_cell_another_sitting_holds_is_skipped
 
 def _fake_result() -> ladder_loops.CellResult:
     return ladder_loops.CellResult({"global": [(1, 0.5), (2, 0.6)]}, {"global": {"site-1": 0.7, "pooled": 0.7}}, 1.0)
+
+
+def test_the_committed_ladder_table_regenerates_byte_for_byte(tmp_path):
+    # Prepare
+    folder = Path(__file__).resolve().parents[2] / "experiments" / "results" / "ladder"
+    if not (folder / "results.csv").is_file():
+        pytest.skip(f"{folder} holds no results.csv yet")
+
+    # Execute: the command commands.md names
+    out = tmp_path / "table.md"
+    subprocess.run([sys.executable, "-m", "experiments.ladder_table", "--csv", str(folder / "results.csv"),
+                    "--out", str(out)], cwd=folder.parents[2], check=True)
+
+    # Assert
+    assert out.read_bytes() == (folder / "table.md").read_bytes()
+    assert "python -m experiments.ladder_table" in (folder / "commands.md").read_text()
