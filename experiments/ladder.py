@@ -105,7 +105,7 @@ def locked(path: Path, wait: bool = True):
 
 def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
     """Add one finished cell's rows to the CSV (the header on first write), under the folder's lock."""
-    with locked(csv_path.with_suffix(".lock")):
+    with locked(csv_path.parent / "results.lock"):
         _append(csv_path, cell, result)
         write_table(csv_path, csv_path.parent / "table.md")
 
@@ -176,11 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     log_sitting(args.out, sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
     left = [cell for cell in todo if cell not in done]
     for cell in over_runs(left, "ladder", total=len(todo), done=len(todo) - len(left)):
-        folder = args.out / "runs" / "-".join(map(str, cell)).replace("/", "_")
-        with locked(folder.with_suffix(".lock"), wait=False) as mine:
+        folder = cell_folder(args.out, cell)
+        with locked(folder.parent / f"{folder.name}.lock", wait=False) as mine:
             if mine and cell not in finished_cells(csv_path):  # not taken, nor finished by another sitting
                 run_one(cell, variant if cell[1] != CENTRALIZED else overrides, args.rounds, folder, csv_path)
     return 0
+
+
+def cell_folder(out: Path, cell: tuple[str, str, str, int]) -> Path:
+    """Where a cell keeps its checkpoint; its lock is this name plus ``.lock`` (a dataset path holds a dot)."""
+    return out / "runs" / "-".join(map(str, cell)).replace("/", "_")
 
 
 def run_one(cell: tuple[str, str, str, int], overrides: dict[str, object], rounds: int, folder: Path,

@@ -160,3 +160,10 @@ def test_the_committed_ladder_table_regenerates_byte_for_byte(tmp_path):
     # Assert
     assert out.read_bytes() == (folder / "table.md").read_bytes()
     assert "python -m experiments.ladder_table" in (folder / "commands.md").read_text()
+
+
+def test_the_cells_of_a_federation_spec_have_their_own_folders_and_locks():
+    spec = "experiments/federations/drishti-six-site.toml"
+    folders = {ladder.cell_folder(Path("out"), (spec, "fedavg", rung, 0)) for rung in ("one-site", "iid", "real")}
+    assert len({folder.parent / f"{folder.name}.lock" for folder in folders}) == 3
+    assert all(folder.parent == Path("out/runs") for folder in folders)
