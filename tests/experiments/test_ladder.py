@@ -167,3 +167,13 @@ def test_the_cells_of_a_federation_spec_have_their_own_folders_and_locks():
     folders = {ladder.cell_folder(Path("out"), (spec, "fedavg", rung, 0)) for rung in ("one-site", "iid", "real")}
     assert len({folder.parent / f"{folder.name}.lock" for folder in folders}) == 3
     assert all(folder.parent == Path("out/runs") for folder in folders)
+
+
+def test_the_readme_quotes_the_committed_ladder_table():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    start = readme.index("\n## Where the gap comes from")
+    section = readme[start:readme.find("\n## ", start + 1)]
+    committed = set((root / "experiments" / "results" / "ladder" / "table.md").read_text().splitlines())
+    quoted = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    assert [line for line in quoted if line not in committed] == []
