@@ -56,7 +56,7 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.repartition import PARTITIONS
 
 COLUMNS = ("dataset", "method", "rung", "seed", "kind", "round", "site", "value")
-METHODS = ("fedavg", "fedsm")
+METHODS = ("fedavg", "fedprox", "scaffold", "fedsm")
 CENTRALIZED = "centralized"
 
 
@@ -123,7 +123,7 @@ def _append(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult)
 
 def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, object], method: str) -> RunConfig:
     """The run config of one cell: ``overrides`` plus dataset, seed (also the data seed) and rounds."""
-    strategy = "fedsm" if method.split(":")[0] == "fedsm" else "fedavg"
+    strategy = method.split(":")[0]
     return RunConfig.from_mapping({"eval-every": 5, **overrides, "dataset": dataset, "seed": seed,
                                    "data-seed": seed, "num-server-rounds": rounds, "strategy": strategy})
 

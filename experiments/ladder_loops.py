@@ -20,6 +20,7 @@ import torch
 
 from experiments import in_process
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.baselines.scaffold import update_server_control, zero_controls
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
@@ -33,6 +34,7 @@ from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
 from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.methods import method
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.reporting import pool_site_metrics
 
@@ -115,30 +117,53 @@ def _save(folder: Path, state: dict) -> None:
     (folder / "checkpoint.tmp").replace(folder / "checkpoint.pt")  # a crash mid-write keeps the previous one
 
 
-def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
-                 server_round: int, device: torch.device, optimizer: ServerOptimizer,
-                 kept: dict[str, Weights]) -> Weights:
-    """One FedAvg round as the app runs it: each site trains from ``weights``; the server averages them
-    (``step-normalization``) and takes its optimizer's step (``server-optimizer``; ``none`` keeps the average).
+def round_state(spec: ModelSpec) -> dict:
+    """What a single-model cell keeps between rounds besides the weights, before round 1."""
+    return {"server-optimizer": {}, "optimizer-states": {}, "client-controls": {},
+            "server-control": zero_controls(spec.build_segmentation())}
 
-    ``kept`` maps each site to its Adam state, read and updated under ``optimizer-state = local``.
+
+def _site_options(config: RunConfig, site: str, state: dict) -> GlobalClientOptions:
+    """What a site trains with this round: FedProx's ``mu``, SCAFFOLD's ``c`` and ``c_k``, its kept Adam state."""
+    row = method(config.strategy)
+    if row.control_variates and site not in state["client-controls"]:  # c_k starts at zero, as on a node
+        state["client-controls"][site] = {k: np.zeros_like(v) for k, v in state["server-control"].items()}
+    return GlobalClientOptions(
+        proximal_mu=config.proximal_mu if row.proximal else 0.0,
+        server_control=state["server-control"] if row.control_variates else None,
+        client_control=state["client-controls"][site] if row.control_variates else None,
+        optimizer_state=state["optimizer-states"].get(site, {}) if config.optimizer_state == "local" else None)
+
+
+def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
+                 server_round: int, device: torch.device, optimizer: ServerOptimizer, state: dict) -> Weights:
+    """One round of a single-model strategy as the app runs it (FedAvg, FedProx or SCAFFOLD): each site
+    trains from ``weights``; the server averages them (``step-normalization``) and takes its optimizer's
+    step (``server-optimizer``; ``none`` keeps the average).
+
+    ``state`` holds what outlives a round: each site's Adam state (``optimizer-state = local``) and
+    SCAFFOLD's ``c`` and ``c_k``, read and updated here.
     """
-    updates, steps = [], []
+    updates, steps, deltas = [], [], []
     for index, site in enumerate(train_sites):
-        options = GlobalClientOptions(optimizer_state=kept.get(site.name, {})) \
-            if config.optimizer_state == "local" else GlobalClientOptions()
+        options = _site_options(config, site.name, state)
         update, metrics = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
                                               options, device)
         if update.optimizer_state is not None:
-            kept[site.name] = update.optimizer_state
+            state["optimizer-states"][site.name] = update.optimizer_state
+        if update.client_control is not None:
+            deltas.append({k: update.client_control[k] - options.client_control[k] for k in update.client_control})
+            state["client-controls"][site.name] = update.client_control
         updates.append(update)
         steps.append(metrics["steps"])
+    if deltas:  # the app's ScaffoldStrategy.after_aggregation
+        state["server-control"] = update_server_control(state["server-control"], deltas, len(train_sites))
     return optimizer.aggregate(weights, [u.weights for u in updates], [u.num_examples for u in updates], steps,
                                server_round)
 
 
 def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
-    """FedAvg on the ``rung`` partition of the training images, scored on the real sites."""
+    """FedAvg, FedProx or SCAFFOLD (``strategy``) on the ``rung`` partition, scored on the real sites."""
     sites, device = load_sites(config), select_device(config.device)
     train_sites = repartition(sites, rung, config.data_seed)
     spec = run_model_spec(config, sites[0].train.masks.shape[1], len(train_sites))
@@ -146,16 +171,14 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     state = _checkpoint(folder)
     if state is None:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
-        state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0,
-                 "server-optimizer": {}, "optimizer-states": {}}
-    for key in ("server-optimizer", "optimizer-states"):  # checkpoints of the ladder's first version lack them
-        state.setdefault(key, {})
+        state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
+    state = {**round_state(spec), **state}  # the ladder's first checkpoints lack some of it
     optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
     optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
         state["weights"] = fedavg_round(state["weights"], train_sites, spec, config, server_round, device, optimizer,
-                                        state["optimizer-states"])
+                                        state)
         state["round"], state["server-optimizer"] = server_round, optimizer.state_dict()
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             set_weights(model, state["weights"], "global model")
@@ -228,11 +251,11 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
 
 
 def run_cell(config: RunConfig, method: str, rung: str, folder: Path) -> CellResult:
-    """Train and score one cell (``method`` ``centralized``, ``fedavg`` or ``fedsm``) with checkpoints in ``folder``."""
+    """Train and score one cell (``method`` ``centralized``, ``fedsm`` or a single-model strategy) in ``folder``."""
     set_cpu_threads(config.torch_threads)
     started = time.monotonic()
     if method == "centralized":
         result = centralized_cell(config, folder)
         result.seconds = time.monotonic() - started
         return result
-    return fedavg_cell(config, rung, folder) if method == "fedavg" else fedsm_cell(config, rung, folder)
+    return fedsm_cell(config, rung, folder) if method == "fedsm" else fedavg_cell(config, rung, folder)

@@ -49,9 +49,11 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
 
 
 @pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"},
-                                    {"optimizer-state": "local"}], ids=["fedavg", "fednova-fedadam", "local-adam"])
-def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
-    # Prepare
+                                    {"optimizer-state": "local"}, {"strategy": "fedprox", "proximal-mu": 0.1},
+                                    {"strategy": "scaffold"}],
+                         ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold"])
+def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
+    # Prepare: SCAFFOLD's second round also depends on the control variates of the first
     settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}
     config = RunConfig.from_mapping(settings)
     sites = ladder_loops.load_sites(config)
@@ -61,10 +63,10 @@ def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(se
     start = dict(weights)
 
     # Execute
-    optimizer, kept = ServerOptimizer(ServerOptimizerSettings.from_run_config(config)), {}
+    optimizer, state = ServerOptimizer(ServerOptimizerSettings.from_run_config(config)), ladder_loops.round_state(spec)
     for server_round in (1, 2):
         weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"),
-                                            optimizer, kept)
+                                            optimizer, state)
     app = _app_fedavg(settings, 2)
 
     # Assert
@@ -76,8 +78,9 @@ def test_the_ladders_fedavg_rounds_on_the_real_sites_are_the_apps_bit_for_bit(se
 
 @pytest.mark.parametrize(("method", "kept"), [("fedavg", {}), ("fedavg", {"optimizer-state": "local",
                                                                            "server-optimizer": "momentum",
-                                                                           "server-momentum": 0.5}), ("fedsm", {})],
-                         ids=["fedavg", "fedavg-kept-state", "fedsm"])
+                                                                           "server-momentum": 0.5}),
+                                              ("scaffold", {}), ("fedsm", {})],
+                         ids=["fedavg", "fedavg-kept-state", "scaffold", "fedsm"])
 def test_an_interrupted_cell_ends_where_the_uninterrupted_one_ends(tmp_path, method, kept):
     # Prepare: with kept state, the sites' Adam states and the server's momentum must survive the interruption
     def config(rounds: int) -> RunConfig:
