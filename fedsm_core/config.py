@@ -51,6 +51,7 @@ class RunConfig:
     batch_size: int = 8
     local_epochs: int = 1
     max_local_steps: int = 0
+    local_steps: int = 0
     augmentation: str = "flip"
     lr: float = 2e-3
     lr_schedule: str = "constant"
@@ -140,6 +141,12 @@ class RunConfig:
         _check_range("batch-size", self.batch_size, 1, 4096)
         _check_range("local-epochs", self.local_epochs, 1, 1000)
         _check_range("max-local-steps", self.max_local_steps, 0, 10**9)
+        _check_range("local-steps", self.local_steps, 0, 10**9)
+        if self.local_steps and (self.local_epochs != 1 or self.max_local_steps):
+            raise ValueError(f"local-steps = {self.local_steps} sets every site's number of minibatches per round by "
+                             f"itself, but local-epochs = {self.local_epochs} and max-local-steps = "
+                             f"{self.max_local_steps} are set too; keep local-epochs = 1 and max-local-steps = 0, "
+                             f"or set local-steps = 0; {WHERE}")
         _check_range("lr", self.lr, 1e-8, 10.0)
         _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
         _check_range("selector-width", self.selector_width, 1, 512)

@@ -118,6 +118,7 @@ def test_wrong_type_raises_type_error_naming_the_key(key, value):
         ("batch-size", 0, "batch-size = 0 is outside"),
         ("lr", 0.0, "lr = 0.0 is outside"),
         ("max-local-steps", -1, "max-local-steps = -1 is outside"),
+        ("local-steps", -2, "local-steps = -2 is outside"),
         ("round-timeout", 0.5, "round-timeout = 0.5 is outside"),
         ("output-dir", "", "output-dir is empty"),
     ],
@@ -126,6 +127,13 @@ def test_out_of_range_raises_value_error_naming_the_key(key, value, match):
     # Prepare / Execute / Assert
     with pytest.raises(ValueError, match=match):
         RunConfig.from_mapping({key: value})
+
+
+@pytest.mark.parametrize("other", [{"local-epochs": 2}, {"max-local-steps": 4}])
+def test_local_steps_refuses_a_second_setting_of_the_same_thing(other):
+    # Prepare / Execute / Assert
+    with pytest.raises(ValueError, match="local-steps = 8 sets every site's number of minibatches"):
+        RunConfig.from_mapping({"local-steps": 8, **other})
 
 
 def test_config_is_frozen():

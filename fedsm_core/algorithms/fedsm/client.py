@@ -47,12 +47,17 @@ def round_settings(config: RunConfig, server_round: int, site_index: int) -> Tra
     """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed.
 
     ``lr`` follows the run's schedule over rounds (:mod:`fedsm_core.training.lr_schedule`).
+    With ``local-steps = S`` every site takes exactly ``S`` minibatches, as many
+    passes over its images as that needs (each pass yields at least one, so
+    ``S`` passes capped at ``S`` steps), instead of one pass of its own length.
     """
     schedule = LRSchedule.from_run_config(config)
+    epochs, steps = (config.local_steps, config.local_steps) if config.local_steps else \
+        (config.local_epochs, config.max_local_steps)
     return TrainSettings(
         batch_size=config.batch_size,
-        local_epochs=config.local_epochs,
-        max_local_steps=config.max_local_steps,
+        local_epochs=epochs,
+        max_local_steps=steps,
         lr=config.lr * schedule.factor(server_round, config.num_server_rounds),
         selector_lr=config.selector_lr,
         seed=config.seed * 1_000_003 + server_round * 101 + site_index,

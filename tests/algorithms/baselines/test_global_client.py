@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
+from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.losses import soft_dice_loss
@@ -68,3 +69,25 @@ def test_two_rounds_with_kept_state_equal_one_adam_over_both_rounds():
     # Assert
     for key, value in get_weights(model).items():
         np.testing.assert_array_equal(second.weights[key], value, err_msg=key)
+
+
+def test_local_steps_gives_every_site_the_same_number_of_steps_whatever_its_size():
+    # Prepare: 6 images in batches of 3 are 2 steps a pass; 2 images are 1
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    start = get_weights(SPEC.build_segmentation())
+    big = _data()
+    small = SegArrays(big.images[:2], big.masks[:2], big.ids[:2])
+    fixed = RunConfig.from_mapping({"local-steps": 5, "batch-size": 3})
+    epochs = RunConfig.from_mapping({"batch-size": 3})
+
+    # Execute
+    steps = {}
+    for name, config in (("fixed", fixed), ("epochs", epochs)):
+        for size, data in (("big", big), ("small", small)):
+            _, metrics = train_global_client(start, data, SPEC, round_settings(config, 1, 0), GlobalClientOptions(),
+                                             torch.device("cpu"))
+            steps[name, size] = metrics["steps"]
+
+    # Assert: local-steps = 5 is 5 steps at both sites (2.5 and 5 passes); one epoch is 2 and 1
+    assert steps == {("fixed", "big"): 5.0, ("fixed", "small"): 5.0, ("epochs", "big"): 2.0, ("epochs", "small"): 1.0}
