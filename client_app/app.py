@@ -209,10 +209,15 @@ def train_fedsm(job: SiteJob) -> RecordDict:
     if local_moments:  # this site's own moments from its previous round, never sent
         stored = load_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE)
         payload = dataclasses.replace(payload, selector_optimizer=stored or {})
+    kept = None
+    if job.config.optimizer_state == "local":  # this site's Adams from its previous round, never sent
+        kept = load_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE) or {}
     update, metrics = train_fedsm_client(payload, job.site_index, job.site.train, job.spec, settings, job.device,
-                                         client_state)
+                                         client_state, kept)
     if update.client_state:
         save_site_state(job.state_key, job.site.name, records.PERSONAL_STATE, update.client_state)
+    if update.optimizer_state is not None:
+        save_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE, update.optimizer_state)
     if local_moments:
         save_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE, update.selector_optimizer)
         update = dataclasses.replace(update, selector_optimizer={})

@@ -51,6 +51,7 @@ class Federation:
     # What stays at each site between rounds (APFL's v_k and alpha_k), as the ClientApp keeps it per site
     client_states: dict[str, dict] = dataclasses.field(default_factory=dict)
     local_moments: dict[str, dict] = dataclasses.field(default_factory=dict)  # selector-moments = local
+    optimizer_states: dict[str, dict] = dataclasses.field(default_factory=dict)  # optimizer-state = local
 
 
 def _clock(device: torch.device) -> float:
@@ -90,10 +91,13 @@ def train_round(federation: Federation, server_round: int) -> int:
         local_moments = federation.config.selector_moments == "local"
         if local_moments:  # as the ClientApp: this site's own moments, never sent
             payload = dataclasses.replace(payload, selector_optimizer=federation.local_moments.get(site.name, {}))
+        kept = federation.optimizer_states.get(site.name, {}) if federation.config.optimizer_state == "local" else None
         update, metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
-                                             federation.device, state)
+                                             federation.device, state, kept)
         if update.client_state:
             federation.client_states[site.name] = update.client_state
+        if update.optimizer_state is not None:
+            federation.optimizer_states[site.name] = update.optimizer_state
         if local_moments:
             federation.local_moments[site.name] = update.selector_optimizer
             update = dataclasses.replace(update, selector_optimizer={})

@@ -222,7 +222,8 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     state = _checkpoint(folder) or {"round": 0, "curves": {"global": [], "super": []} if routed else {"global": []},
                                     "validation": {}, "seconds": 0.0}
     if state["round"]:
-        federation.fedsm, federation.client_states, federation.local_moments = state["federation"]
+        federation.fedsm, federation.client_states, federation.local_moments = state["federation"][:3]
+        federation.optimizer_states = state["federation"][3] if len(state["federation"]) > 3 else {}
     model = federation.spec.build_segmentation()
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
@@ -236,7 +237,8 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
                 state["validation"], dice = _super_validation(federation)
                 state["curves"]["super"].append((server_round, dice))
         state["seconds"] += time.monotonic() - began
-        state["federation"] = (federation.fedsm, federation.client_states, federation.local_moments)
+        state["federation"] = (federation.fedsm, federation.client_states, federation.local_moments,
+                               federation.optimizer_states)
         if server_round % config.eval_every == 0:
             _save(folder, state)
     set_weights(model, federation.fedsm.global_weights, "global model")

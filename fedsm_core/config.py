@@ -20,7 +20,7 @@ DATASETS = ("synthetic-fundus", STYLE_ONLY_DATASET, "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
-OPTIMIZER_STATES = ("reset", "local")  # a single model's Adam at a site: fresh every round, or kept from the last
+OPTIMIZER_STATES = ("reset", "local")  # a site's Adam for each model it trains: fresh every round, or kept
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precision
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
@@ -129,10 +129,6 @@ class RunConfig:
         _check_choice("selector-moments", self.selector_moments, SELECTOR_MOMENTS)
         _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
         _check_choice("optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
-        if self.optimizer_state != "reset" and method(self.strategy).family == "fedsm":
-            raise ValueError(f"optimizer-state = '{self.optimizer_state}' applies to the single-model strategies "
-                             "(FedAvg and its variants, FedBN) so far; with FedSM keep 'reset' (its selector's "
-                             f"moments follow selector-moments); {WHERE}")
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)
         if self.image_size % 32:

@@ -179,9 +179,8 @@ def test_harmofl_settings_out_of_range_name_their_key(key, value):
         RunConfig.from_mapping({key: value})
 
 
-def test_kept_optimizer_state_is_for_the_single_model_strategies():
-    assert RunConfig.from_mapping({"strategy": "fedavg", "optimizer-state": "local"}).optimizer_state == "local"
-    with pytest.raises(ValueError, match="optimizer-state = 'local' applies to the single-model strategies"):
-        RunConfig.from_mapping({"strategy": "fedsm", "optimizer-state": "local"})
+def test_kept_optimizer_state_is_for_every_strategy():
+    for strategy in ("fedavg", "fedsm", "fedbn"):
+        assert RunConfig.from_mapping({"strategy": strategy, "optimizer-state": "local"}).optimizer_state == "local"
     with pytest.raises(ValueError, match="optimizer-state"):
         RunConfig.from_mapping({"optimizer-state": "averaged"})

@@ -58,3 +58,21 @@ def load_adam_state(model: nn.Module, optimizer: torch.optim.Adam, arrays: dict[
 
 def _numpy_dtype(parameter: torch.Tensor) -> np.dtype:
     return torch.empty(0, dtype=parameter.dtype).numpy().dtype
+
+
+def learners_state_to_arrays(learners) -> dict[str, np.ndarray]:
+    """:func:`adam_state_to_arrays` of several learners, each key prefixed ``"<learner name>:"``.
+
+    FedSM trains a global copy and a personalized model at a site; under
+    ``optimizer-state = local`` the site keeps both Adams in one record.
+    """
+    return {f"{learner.name}:{key}": value for learner in learners
+            for key, value in adam_state_to_arrays(learner.model, learner.optimizer).items()}
+
+
+def load_learners_state(learners, arrays: dict[str, np.ndarray]) -> None:
+    """Load :func:`learners_state_to_arrays`'s output back; an empty ``arrays`` leaves every Adam fresh."""
+    for learner in learners:
+        prefix = f"{learner.name}:"
+        load_adam_state(learner.model, learner.optimizer,
+                        {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)})

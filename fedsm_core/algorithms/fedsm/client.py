@@ -21,7 +21,8 @@ from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 from fedsm_core.training.lr_schedule import LRSchedule
-from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
+from fedsm_core.training.optimizer_state import (adam_state_to_arrays, learners_state_to_arrays, load_adam_state,
+                                                 load_learners_state)
 from fedsm_core.training.weight_perturbation import WeightPerturbation
 
 
@@ -99,6 +100,7 @@ def train_fedsm_client(
     settings: TrainSettings,
     device: torch.device,
     client_state: Weights | None = None,
+    optimizer_state: Weights | None = None,
 ) -> tuple[FedSMUpdate, dict[str, float]]:
     """Train the global copy, the site's personalized model and the selector.
 
@@ -112,6 +114,10 @@ def train_fedsm_client(
     (:mod:`fedsm_core.algorithms.personalization`); FedSM's own is a plain
     Adam step on the model the server sent. ``client_state`` is what this site
     kept from its previous round (``update.client_state`` of that round).
+    ``optimizer_state`` (``optimizer-state = local``) is the Adam state this
+    site's global copy, and its personalized model where that takes plain
+    optimizer steps, ended their previous round with (``{}`` in the first
+    round); ``None`` starts fresh Adams, as the paper does.
 
     Returns
     -------
@@ -134,8 +140,13 @@ def train_fedsm_client(
                 hooks=segmentation_hooks(settings)),
         personal.learner,
     ]
-    if personalization(settings.personalization.method).plain_step:
+    plain_step = personalization(settings.personalization.method).plain_step
+    if plain_step:
         personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
+    # The selector's moments follow selector-moments; a special personal learner's optimizer is its own affair
+    kept = learners[:2] if plain_step else learners[:1]
+    if optimizer_state is not None:
+        load_learners_state(kept, optimizer_state)
     if settings.train_selector:  # FedSM-extra trains its selector only in the extra rounds
         learners.append(selector_step)
     metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
@@ -149,6 +160,7 @@ def train_fedsm_client(
         num_examples=len(data.images),
         client_state=personal.client_state(),
         steps=metrics["steps"],
+        optimizer_state=learners_state_to_arrays(kept) if optimizer_state is not None else None,
     )
     return update, metrics
 

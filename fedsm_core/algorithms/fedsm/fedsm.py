@@ -47,6 +47,8 @@ class FedSMUpdate:
     """What the site keeps for its next round (APFL's ``v_k`` and ``alpha_k``); never sent."""
     steps: float = float("nan")
     """The local steps the site took (its ``steps`` metric), for ``step-normalization``."""
+    optimizer_state: Weights | None = None
+    """The site's Adam states under ``optimizer-state = local``, kept at the site; never sent."""
 
 
 def _copy(weights: Mapping[str, np.ndarray]) -> Weights:

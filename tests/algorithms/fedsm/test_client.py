@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.client import TrainSettings, site_batch, train_fedsm_client
 from fedsm_core.data.arrays import SegArrays
@@ -92,3 +93,44 @@ def test_a_local_round_lowers_the_selector_loss_on_the_images_it_trained_on():
     # Assert: ten Adam steps toward site 1 make site 1 clearly more likely on these images (start: about ln 3)
     before, after = loss(selector), loss(update.selector_weights)
     assert after < 0.5 * before, (before, after)
+
+
+def _fedsm_round(spec, payload, data, seed: int, kept):
+    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed)
+    return train_fedsm_client(payload, 1, data, spec, settings, torch.device("cpu"), None, kept)[0]
+
+
+def test_kept_optimizer_state_carries_the_global_copy_and_softpull_model_into_the_next_round():
+    # Prepare
+    torch.set_num_threads(1)
+    spec = ModelSpec("mobilenet_v2", num_structures=1, num_sites=3, selector_width=4)
+    torch.manual_seed(0)
+    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
+    rng = np.random.default_rng(0)
+    data = SegArrays(rng.random((6, 3, 32, 32), dtype=np.float32), (rng.random((6, 1, 32, 32)) > 0.5).astype(np.float32),
+                     tuple(f"x/{i}" for i in range(6)))
+    start = FedSMPayload(segmentation, segmentation, selector, {})
+
+    # Execute: round 1 reset and local; round 2 of local from its round-1 state, and of the single-model client
+    reset_1 = _fedsm_round(spec, start, data, 1, None)
+    local_1 = _fedsm_round(spec, start, data, 1, {})
+    local_2 = _fedsm_round(spec, FedSMPayload(local_1.global_weights, local_1.personal_weights, selector, {}), data, 2,
+                           local_1.optimizer_state)
+    single = {}
+    for server_round, weights in ((1, segmentation), (2, None)):
+        settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3,
+                                 seed=server_round)
+        update, _ = train_global_client(weights if weights is not None else single["update"].weights, data, spec,
+                                        settings, GlobalClientOptions(optimizer_state=single.get("state", {})),
+                                        torch.device("cpu"))
+        single = {"update": update, "state": update.optimizer_state}
+
+    # Assert: the first round is the paper's bit for bit; the state counts both rounds' 2 steps for both models
+    assert reset_1.optimizer_state is None
+    for key, value in reset_1.global_weights.items():
+        np.testing.assert_array_equal(local_1.global_weights[key], value, err_msg=key)
+    steps = {key.split(":")[0]: float(v) for key, v in local_2.optimizer_state.items() if key.endswith("/step")}
+    assert steps == {"global": 4.0, "personal": 4.0}
+    # FedSM's global copy is the single model trained on the same batches: so with kept state it must match exactly
+    for key, value in single["update"].weights.items():
+        np.testing.assert_array_equal(local_2.global_weights[key], value, err_msg=key)
