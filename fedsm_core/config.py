@@ -82,6 +82,7 @@ class RunConfig:
     server_beta2: float = 0.99
     server_tau: float = 1e-3
     step_normalization: str = "none"
+    site_weighting: str = "size"
     optimizer_state: str = "reset"
     extra_rounds: int = 10
     amplitude_normalization: bool = False

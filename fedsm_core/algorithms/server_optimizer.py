@@ -21,6 +21,7 @@ from fedsm_core.models.weights import Weights, check_same_layout
 
 SERVER_OPTIMIZERS = ("none", "momentum", "adam", "yogi")
 STEP_NORMALIZATIONS = ("none", "fednova")
+SITE_WEIGHTINGS = ("size", "equal")  # the words of selector-weighting too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,11 @@ class ServerOptimizerSettings:
     step_normalization : str
         ``none`` (average by size) or ``fednova`` (each site's update divided by
         its local steps first: :func:`~fedsm_core.algorithms.aggregation.normalized_average`).
+    site_weighting : str
+        How much each site counts in the average (``site-weighting``): ``size``
+        (``p_k = n_k / n``, FedAvg) or ``equal`` (``p_k = 1 / K``, so a site of
+        12 images counts as much as one of 100, as the client average of the
+        test Dice counts them).
     """
 
     name: str = "none"
@@ -51,6 +57,7 @@ class ServerOptimizerSettings:
     beta_2: float = 0.99
     tau: float = 1e-3
     step_normalization: str = "none"
+    site_weighting: str = "size"
 
     def __post_init__(self) -> None:
         if self.name not in SERVER_OPTIMIZERS:
@@ -58,6 +65,8 @@ class ServerOptimizerSettings:
         if self.step_normalization not in STEP_NORMALIZATIONS:
             raise ValueError(f"step-normalization = '{self.step_normalization}' is not one of "
                              f"{list(STEP_NORMALIZATIONS)}")
+        if self.site_weighting not in SITE_WEIGHTINGS:
+            raise ValueError(f"site-weighting = '{self.site_weighting}' is not one of {list(SITE_WEIGHTINGS)}")
         for key, value, low, high in [("server-lr", self.lr, 1e-8, 100.0), ("server-momentum", self.momentum, 0.0, 1.0),
                                       ("server-beta1", self.beta_1, 0.0, 1.0), ("server-beta2", self.beta_2, 0.0, 1.0),
                                       ("server-tau", self.tau, 1e-12, 10.0)]:
@@ -68,7 +77,7 @@ class ServerOptimizerSettings:
     def from_run_config(cls, config) -> ServerOptimizerSettings:
         """The settings of a :class:`~fedsm_core.config.RunConfig`."""
         return cls(config.server_optimizer, config.server_lr, config.server_momentum, config.server_beta1,
-                   config.server_beta2, config.server_tau, config.step_normalization)
+                   config.server_beta2, config.server_tau, config.step_normalization, config.site_weighting)
 
 
 class ServerOptimizer:
@@ -86,8 +95,11 @@ class ServerOptimizer:
                   sizes: Sequence[float], steps: Sequence[float], server_round: int) -> Weights:
         """The new model from the sites' trained ``weights``: their average (by size, or FedNova's), then :meth:`step`.
 
-        ``steps`` are the local steps each site took (used by ``fednova`` only).
+        ``steps`` are the local steps each site took (used by ``fednova`` only);
+        ``sizes`` are replaced by ones under ``site-weighting = equal``.
         """
+        if self.settings.site_weighting == "equal":
+            sizes = [1.0] * len(weights)
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         else:

@@ -89,3 +89,21 @@ def test_bad_settings_name_the_key():
         ServerOptimizerSettings("sgd")
     with pytest.raises(ValueError, match=r"server-beta2 = 1.5 is outside"):
         ServerOptimizerSettings("adam", beta_2=1.5)
+    with pytest.raises(ValueError, match="site-weighting = 'count' is not one of"):
+        ServerOptimizerSettings(site_weighting="count")
+
+
+@pytest.mark.parametrize("normalization", ["none", "fednova"])
+def test_equal_site_weighting_counts_every_site_once(normalization):
+    # Prepare: sites of 1 and 3 images move the model from 0 to 2 and to 6, in 1 and 3 local steps
+    current, sites = {"p": np.array([0.0])}, [{"p": np.array([2.0])}, {"p": np.array([6.0])}]
+
+    def aggregate(weighting: str, sizes: list[float]) -> float:
+        settings = ServerOptimizerSettings(step_normalization=normalization, site_weighting=weighting)
+        return float(ServerOptimizer(settings).aggregate(current, sites, sizes, [1.0, 3.0], 1)["p"][0])
+
+    # Execute / Assert: by size (1 * 2 + 3 * 6) / 4 = 5; equal (2 + 6) / 2 = 4.
+    # FedNova: d_k = Delta_k / tau_k = 2 and 2; tau_eff = sum p_k tau_k = 2.5 (size) or 2 (equal): 5 and 4 again.
+    assert aggregate("size", [1.0, 3.0]) == pytest.approx(5.0, abs=1e-12)
+    assert aggregate("equal", [1.0, 3.0]) == pytest.approx(4.0, abs=1e-12)
+    assert aggregate("equal", [5.0, 5.0]) == aggregate("size", [5.0, 5.0])  # equal sizes: the same average

@@ -48,7 +48,8 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
     return strategy.global_weights
 
 
-@pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"},
+@pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova",
+                                         "site-weighting": "equal"},
                                     {"optimizer-state": "local"}, {"strategy": "fedprox", "proximal-mu": 0.1},
                                     {"strategy": "scaffold"}],
                          ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold"])
