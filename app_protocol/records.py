@@ -27,7 +27,7 @@ CONTROL_DELTA = "control-delta"
 CLIENT_CONTROL_STATE = "scaffold-client-control"
 PERSONAL_STATE = "personalization-client-state"
 SELECTOR_MOMENTS_STATE = "selector-moments"  # the selector's Adam moments, kept at the site (selector-moments = local)
-OPTIMIZER_STATE = "global-optimizer"  # the single model's Adam state, kept at the site (optimizer-state = local)
+OPTIMIZER_STATE = "global-optimizer"  # a site's Adam state: kept at the site (local) or averaged by the server (averaged)
 SELECTOR_STATISTICS = "selector-statistics"
 # What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
 ASK = "ask"

@@ -46,31 +46,37 @@ def _config(content: RecordDict) -> ConfigRecord:
 # --- training of one model --------------------------------------------------------------------------
 
 
-def encode_model_train(weights: Weights, server_round: int, server_control: Weights | None = None) -> RecordDict:
-    """One model to train (``GLOBAL``), and SCAFFOLD's server control variate when given."""
+def encode_model_train(weights: Weights, server_round: int, server_control: Weights | None = None,
+                       optimizer_state: Weights | None = None) -> RecordDict:
+    """One model to train (``GLOBAL``), SCAFFOLD's server control variate, and the averaged Adam state, when given."""
     content = RecordDict({records.GLOBAL: records.to_record(weights),
                           records.CONFIG: records.to_config({"server-round": server_round})})
     if server_control is not None:
         content[records.SERVER_CONTROL] = records.to_record(server_control)
+    if optimizer_state is not None:
+        content[records.OPTIMIZER_STATE] = records.to_record(optimizer_state)
     return content
 
 
 def decode_train(content: RecordDict) -> TrainRequest:
     """Any training message: round, phase and every weight record it holds."""
     config = _config(content)
-    keys = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER, records.SERVER_CONTROL)
+    keys = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER, records.SERVER_CONTROL,
+            records.OPTIMIZER_STATE)
     weights = {key: records.from_record(content[key]) for key in keys if key in content}
     return TrainRequest(int(config["server-round"]), str(config.get("phase", "")), weights,
                         records.decode_state_key(content) or "", content.get(records.PERSONALIZED))
 
 
 def encode_model_reply(weights: Weights, metrics: Metrics, num_examples: int,
-                       control_delta: Weights | None = None) -> RecordDict:
-    """The trained model, its metrics and training-set size, and SCAFFOLD's ``c_k+ - c_k``."""
+                       control_delta: Weights | None = None, optimizer_state: Weights | None = None) -> RecordDict:
+    """The trained model, its metrics and training-set size, SCAFFOLD's ``c_k+ - c_k``, and the site's Adam state."""
     content = RecordDict({records.GLOBAL: records.to_record(weights),
                           records.METRICS: records.to_metrics({**metrics, "num-examples": num_examples})})
     if control_delta is not None:
         content[records.CONTROL_DELTA] = records.to_record(control_delta)
+    if optimizer_state is not None:
+        content[records.OPTIMIZER_STATE] = records.to_record(optimizer_state)
     return content
 
 

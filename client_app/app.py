@@ -251,6 +251,8 @@ def train_single_model(job: SiteJob) -> RecordDict:
     kept = None
     if job.config.optimizer_state == "local":  # this site's Adam state from its previous round, never sent
         kept = load_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE) or {}
+    elif job.config.optimizer_state == "averaged":  # the server's average of the sites' states of last round
+        kept = job.request.weights[records.OPTIMIZER_STATE]
     options = GlobalClientOptions(
         proximal_mu=job.config.proximal_mu if job.method.proximal else 0.0,
         server_control=server_control,
@@ -259,13 +261,14 @@ def train_single_model(job: SiteJob) -> RecordDict:
     )
     update, metrics = train_global_client(job.request.weights[records.GLOBAL], job.site.train, job.spec,
                                           job.settings, options, job.device)
-    if update.optimizer_state is not None:
+    if update.optimizer_state is not None and job.config.optimizer_state == "local":
         save_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE, update.optimizer_state)
     delta = None
     if update.client_control is not None and client_control is not None:
         delta = {key: update.client_control[key] - client_control[key] for key in client_control}
         save_site_state(job.state_key, job.site.name, records.CLIENT_CONTROL_STATE, update.client_control)
-    return encode_model_reply(update.weights, metrics, update.num_examples, delta)
+    averaged = update.optimizer_state if job.config.optimizer_state == "averaged" else None
+    return encode_model_reply(update.weights, metrics, update.num_examples, delta, averaged)
 
 
 # The trainer of each family of the table of methods (fedsm_core.methods)

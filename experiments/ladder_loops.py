@@ -37,6 +37,7 @@ from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.methods import method
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.training.optimizer_state import fresh_adam_state
 
 POOLED = "pooled"
 
@@ -119,8 +120,9 @@ def _save(folder: Path, state: dict) -> None:
 
 def round_state(spec: ModelSpec) -> dict:
     """What a single-model cell keeps between rounds besides the weights, before round 1."""
+    model = spec.build_segmentation()
     return {"server-optimizer": {}, "optimizer-states": {}, "client-controls": {},
-            "server-control": zero_controls(spec.build_segmentation())}
+            "server-control": zero_controls(model), "averaged-optimizer": fresh_adam_state(model)}
 
 
 def _site_options(config: RunConfig, site: str, state: dict) -> GlobalClientOptions:
@@ -132,7 +134,8 @@ def _site_options(config: RunConfig, site: str, state: dict) -> GlobalClientOpti
         proximal_mu=config.proximal_mu if row.proximal else 0.0,
         server_control=state["server-control"] if row.control_variates else None,
         client_control=state["client-controls"][site] if row.control_variates else None,
-        optimizer_state=state["optimizer-states"].get(site, {}) if config.optimizer_state == "local" else None)
+        optimizer_state={"local": state["optimizer-states"].get(site, {}), "averaged": state["averaged-optimizer"]}.get(
+            config.optimizer_state))
 
 
 def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
@@ -142,14 +145,15 @@ def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpe
     step (``server-optimizer``; ``none`` keeps the average).
 
     ``state`` holds what outlives a round: each site's Adam state (``optimizer-state = local``) and
-    SCAFFOLD's ``c`` and ``c_k``, read and updated here.
+    SCAFFOLD's ``c`` and ``c_k``, read and updated here; under ``optimizer-state = averaged`` the
+    sites' Adam states are averaged, as the model is, into the one they all start the next round from.
     """
     updates, steps, deltas = [], [], []
     for index, site in enumerate(train_sites):
         options = _site_options(config, site.name, state)
         update, metrics = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
                                               options, device)
-        if update.optimizer_state is not None:
+        if config.optimizer_state == "local":
             state["optimizer-states"][site.name] = update.optimizer_state
         if update.client_control is not None:
             deltas.append({k: update.client_control[k] - options.client_control[k] for k in update.client_control})
@@ -158,6 +162,9 @@ def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpe
         steps.append(metrics["steps"])
     if deltas:  # the app's ScaffoldStrategy.after_aggregation
         state["server-control"] = update_server_control(state["server-control"], deltas, len(train_sites))
+    if config.optimizer_state == "averaged":
+        state["averaged-optimizer"] = optimizer.average([u.optimizer_state for u in updates],
+                                                        [u.num_examples for u in updates])
     return optimizer.aggregate(weights, [u.weights for u in updates], [u.num_examples for u in updates], steps,
                                server_round)
 

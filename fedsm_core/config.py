@@ -20,7 +20,7 @@ DATASETS = ("synthetic-fundus", STYLE_ONLY_DATASET, "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
 SELECTOR_WEIGHTINGS = ("equal", "size")
 SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
-OPTIMIZER_STATES = ("reset", "local")  # a site's Adam for each model it trains: fresh every round, or kept
+OPTIMIZER_STATES = ("reset", "local", "averaged")  # a site's Adam for each model it trains: fresh, kept, averaged
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precision
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
@@ -130,6 +130,10 @@ class RunConfig:
         _check_choice("selector-moments", self.selector_moments, SELECTOR_MOMENTS)
         _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
         _check_choice("optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
+        if self.optimizer_state == "averaged" and method(self.strategy).family != "global":
+            raise ValueError(f"optimizer-state = 'averaged' averages the Adam state of the one model every site "
+                             f"trains alike (FedAvg, FedProx, SCAFFOLD, HarmoFL); strategy = '{self.strategy}' trains "
+                             f"models of the site's own as well. Use 'local' or 'reset'; {WHERE}")
         _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
         _check_range("image-size", self.image_size, 32, 4096)
         if self.image_size % 32:

@@ -39,6 +39,11 @@ class FedAvgStrategy(SiteStrategy):
         Shown in logs: ``FedAvg`` or ``FedProx``.
     server_optimizer : ServerOptimizerSettings, optional
         The ``server-*`` settings; plain averaging when omitted.
+    optimizer_state : dict, optional
+        ``optimizer-state = averaged``: the sites' Adam state to start from
+        (a fresh Adam's layout, step 0); every round it becomes the average of
+        the states the sites reply with, weighted as the model is. ``None``
+        sends none.
     """
 
     def __init__(
@@ -49,15 +54,17 @@ class FedAvgStrategy(SiteStrategy):
         on_evaluate: EvaluationSink,
         name: str = "FedAvg",
         server_optimizer: ServerOptimizerSettings | None = None,
+        optimizer_state: Weights | None = None,
     ) -> None:
         super().__init__(nodes, plan, on_evaluate)
         self.global_weights = global_weights
         self.name = name
         self.server_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings())
+        self.optimizer_state = optimizer_state
 
     def train_content(self, server_round: int) -> RecordDict:
         """What every site receives for a round."""
-        return encode_model_train(self.global_weights, server_round)
+        return encode_model_train(self.global_weights, server_round, optimizer_state=self.optimizer_state)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -76,6 +83,10 @@ class FedAvgStrategy(SiteStrategy):
         steps = [self.local_steps(reply) for _, reply, _, _ in accepted]
         self.global_weights = self.server_optimizer.aggregate(self.global_weights, trained, sizes, steps, server_round)
         self.global_weights = self.fix_amplitude(server_round, trained, sizes, {"global": self.global_weights})["global"]
+        if self.optimizer_state is not None:
+            states = [decode_weights(reply.content, [records.OPTIMIZER_STATE])[records.OPTIMIZER_STATE]
+                      for _, reply, _, _ in accepted]
+            self.optimizer_state = self.server_optimizer.average(states, sizes)
         self.after_aggregation([reply for _, reply, _, _ in accepted])
         log(INFO, "round %d: %d/%d sites trained", server_round, len(accepted), len(self.nodes))
         return None, self.mean_metrics([reply for _, reply, _, _ in accepted])
@@ -102,18 +113,23 @@ class FedAvgStrategy(SiteStrategy):
 
     def expected_records(self) -> dict[str, Weights]:
         """Array records a reply must hold, with the layout they must have."""
-        return {records.GLOBAL: self.global_weights}
+        expected = {records.GLOBAL: self.global_weights}
+        if self.optimizer_state is not None:
+            expected[records.OPTIMIZER_STATE] = self.optimizer_state
+        return expected
 
     def state_dict(self) -> dict[str, object]:
         """The base state plus the global model."""
         return {**super().state_dict(), "global": self.global_weights,
-                "server-optimizer": self.server_optimizer.state_dict()}
+                "server-optimizer": self.server_optimizer.state_dict(), "optimizer-state": self.optimizer_state}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
         super().load_state_dict(state)
         self.global_weights = state["global"]
         self.server_optimizer.load_state_dict(state.get("server-optimizer", {}))  # none in older checkpoints
+        if self.optimizer_state is not None:
+            self.optimizer_state = state.get("optimizer-state") or self.optimizer_state
 
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Hook for strategies that keep more server state than the model."""
@@ -136,7 +152,7 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     def train_content(self, server_round: int) -> RecordDict:
         """The global model and the server control variate."""
-        return encode_model_train(self.global_weights, server_round, self.server_control)
+        return encode_model_train(self.global_weights, server_round, self.server_control, self.optimizer_state)
 
     def expected_records(self) -> dict[str, Weights]:
         """The model and the control-variate delta."""

@@ -19,6 +19,7 @@ from fedsm_core.methods import METHODS, MODEL_FILES, Method
 from fedsm_core.data.registry import DatasetInfo
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
+from fedsm_core.training.optimizer_state import fresh_adam_state
 from server_app.discovery import SiteNode
 from server_app.fedavg_strategy import FedAvgStrategy, ScaffoldStrategy
 from server_app.fedbn_strategy import FedBNStrategy
@@ -102,11 +103,12 @@ def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
     config = setup.config
     model = _initial_model(setup)
     common = (get_weights(model), setup.nodes, setup.plan, setup.on_evaluate)
-    server_optimizer = ServerOptimizerSettings.from_run_config(config)
+    server = {"server_optimizer": ServerOptimizerSettings.from_run_config(config),
+              "optimizer_state": fresh_adam_state(model) if config.optimizer_state == "averaged" else None}
     if setup.method.control_variates:
-        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common, server_optimizer=server_optimizer)
+        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common, **server)
     else:
-        strategy = FedAvgStrategy(*common, name=setup.method.display, server_optimizer=server_optimizer)
+        strategy = FedAvgStrategy(*common, name=setup.method.display, **server)
 
     def save(folder: Path) -> Path:
         return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,

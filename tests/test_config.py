@@ -182,5 +182,8 @@ def test_harmofl_settings_out_of_range_name_their_key(key, value):
 def test_kept_optimizer_state_is_for_every_strategy():
     for strategy in ("fedavg", "fedsm", "fedbn"):
         assert RunConfig.from_mapping({"strategy": strategy, "optimizer-state": "local"}).optimizer_state == "local"
-    with pytest.raises(ValueError, match="optimizer-state"):
-        RunConfig.from_mapping({"optimizer-state": "averaged"})
+    assert RunConfig.from_mapping({"strategy": "fedavg", "optimizer-state": "averaged"}).optimizer_state == "averaged"
+    with pytest.raises(ValueError, match="optimizer-state = 'averaged' averages the Adam state of the one model"):
+        RunConfig.from_mapping({"strategy": "fedsm", "optimizer-state": "averaged"})
+    with pytest.raises(ValueError, match="optimizer-state = 'shared' is not one of"):
+        RunConfig.from_mapping({"optimizer-state": "shared"})

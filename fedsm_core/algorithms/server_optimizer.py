@@ -106,6 +106,14 @@ class ServerOptimizer:
             averaged = weighted_average(weights, sizes)
         return self.step(current, averaged, server_round)
 
+    def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
+        """The plain average of ``weights`` by ``sizes`` or equally (``site-weighting``), without a step.
+
+        For what travels beside a model and is averaged as it is, such as the
+        sites' Adam states under ``optimizer-state = averaged``.
+        """
+        return weighted_average(weights, [1.0] * len(weights) if self.settings.site_weighting == "equal" else sizes)
+
     def step(self, current: Mapping[str, np.ndarray], averaged: Mapping[str, np.ndarray], server_round: int) -> Weights:
         """The new model from the current one and the sites' weighted average.
 

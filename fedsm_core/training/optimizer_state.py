@@ -31,6 +31,15 @@ def adam_state_to_arrays(model: nn.Module, optimizer: torch.optim.Adam) -> dict[
     return arrays
 
 
+def fresh_adam_state(model: nn.Module) -> dict[str, np.ndarray]:
+    """The layout of :func:`adam_state_to_arrays` for a fresh Adam: zero moments, step 0.
+
+    Loading it leaves an Adam fresh; it is what the server averages into under
+    ``optimizer-state = averaged`` before the sites' first replies.
+    """
+    return adam_state_to_arrays(model, torch.optim.Adam(model.parameters()))
+
+
 def load_adam_state(model: nn.Module, optimizer: torch.optim.Adam, arrays: dict[str, np.ndarray]) -> None:
     """Load moments exported by :func:`adam_state_to_arrays` into ``optimizer``.
 

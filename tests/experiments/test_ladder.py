@@ -51,8 +51,8 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
 @pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova",
                                          "site-weighting": "equal"},
                                     {"optimizer-state": "local"}, {"strategy": "fedprox", "proximal-mu": 0.1},
-                                    {"strategy": "scaffold"}],
-                         ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold"])
+                                    {"strategy": "scaffold", "optimizer-state": "averaged"}],
+                         ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold-averaged-adam"])
 def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
     # Prepare: SCAFFOLD's second round also depends on the control variates of the first
     settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}

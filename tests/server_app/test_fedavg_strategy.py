@@ -377,3 +377,39 @@ def test_under_fednova_a_reply_without_local_steps_is_rejected_and_the_others_ar
     # Assert: the hand-computed FedNova value of the two valid replies (tests/algorithms/test_aggregation.py)
     assert strategy.global_weights["w"][0] == pytest.approx(4.375, abs=1e-15)
     assert [(site, reason.split(":")[0]) for _, site, reason in strategy.missed] == [("site-c", "malformed reply")]
+
+
+@pytest.mark.parametrize(("weighting", "expected"), [("size", [4.0, 5.25]), ("equal", [3.0, 4.5])])
+def test_averaged_optimizer_state_is_the_sites_average_and_goes_out_with_the_next_model(weighting, expected):
+    # Prepare: the state starts as a fresh Adam's (zeros); sites of 10 and 30 images reply with theirs
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(),
+                              server_optimizer=ServerOptimizerSettings(site_weighting=weighting),
+                              optimizer_state=w(0.0, 0.0))
+    first = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), None))[0]
+    replies = [_train_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
+               _train_reply("site-b", w(5.0, 6.0), 30, **{records.OPTIMIZER_STATE: w(5.0, 6.0)})]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+    second = list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), None))[0]
+    restored = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(), optimizer_state=w(0.0, 0.0))
+    restored.load_state_dict(strategy.state_dict())
+
+    # Assert: by size (10 [1, 3] + 30 [5, 6]) / 40 = [4, 5.25]; equally ([1, 3] + [5, 6]) / 2 = [3, 4.5]
+    np.testing.assert_array_equal(records.from_record(first.content[records.OPTIMIZER_STATE])["w"], [0.0, 0.0])
+    np.testing.assert_allclose(records.from_record(second.content[records.OPTIMIZER_STATE])["w"], expected)
+    np.testing.assert_allclose(restored.optimizer_state["w"], expected)
+
+
+def test_a_reply_without_the_averaged_optimizer_state_is_rejected():
+    # Prepare
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(), optimizer_state=w(0.0, 0.0))
+
+    # Execute
+    strategy.aggregate_train(1, [_train_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
+                                 _train_reply("site-b", w(5.0, 6.0), 30)])
+
+    # Assert
+    np.testing.assert_array_equal(strategy.global_weights["w"], [1.0, 2.0])
+    np.testing.assert_array_equal(strategy.optimizer_state["w"], [1.0, 3.0])
+    assert "site-b" in {site for _, site, _ in strategy.missed}
