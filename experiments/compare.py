@@ -39,8 +39,7 @@ import torch
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
 from experiments.progress import over_runs
 from experiments.study_runs import interrupted_checkpoint
-from fedsm_core.algorithms.fedsm.client import TrainSettings
-from fedsm_core.analysis.pooled import concat_arrays, pass_lr_factor, train_on_arrays
+from fedsm_core.analysis.pooled import centralized_settings, concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import dataset_info, training_dataset
@@ -170,8 +169,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
     sites = {name: info.load_site(i, config.image_size, config.data_scale, config.data_seed)
              for i, name in enumerate(info.site_names)}
     spec = run_model_spec(config, len(info.structures), info.num_sites)
-    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
-                             augmentation=config.augmentation, precision=config.precision)
+    settings = centralized_settings(config, seed)
     epochs = config.num_server_rounds * config.local_epochs
     device = select_device(config.device)
     validation = {name: s.val for name, s in sites.items()}

@@ -61,15 +61,20 @@ CENTRALIZED = "centralized"
 
 
 def cells(datasets: list[str], methods: list[str], seeds: list[int], rungs: list[str] = list(PARTITIONS),
-          variant: str = "") -> list[tuple[str, str, str, int]]:
+          variant: str = "", centralized_variant: bool = False) -> list[tuple[str, str, str, int]]:
     """``(dataset, method, rung, seed)`` in run order: centralized first, then each method's rungs.
 
-    A ``variant``'s cells are named ``<method>:<variant>`` (centralized has none: it is the reference).
+    A ``variant``'s cells are named ``<method>:<variant>``. Plain centralized is
+    the reference of every variant; with ``centralized_variant`` (a variant
+    that changes centralized training too, such as an augmentation) centralized
+    also runs as ``centralized:<variant>``.
     """
     order = []
     for dataset in datasets:
         for seed in seeds:
             order.append((dataset, CENTRALIZED, "pooled", seed))
+            if variant and centralized_variant:
+                order.append((dataset, f"{CENTRALIZED}:{variant}", "pooled", seed))
             order += [(dataset, f"{method}:{variant}" if variant else method, rung, seed)
                       for method in methods for rung in rungs]
     return order
@@ -123,7 +128,8 @@ def _append(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult)
 
 def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, object], method: str) -> RunConfig:
     """The run config of one cell: ``overrides`` plus dataset, seed (also the data seed) and rounds."""
-    strategy = method.split(":")[0]
+    base = method.split(":")[0]
+    strategy = "fedavg" if base == CENTRALIZED else base  # centralized reads only the training settings
     return RunConfig.from_mapping({"eval-every": 5, **overrides, "dataset": dataset, "seed": seed,
                                    "data-seed": seed, "num-server-rounds": rounds, "strategy": strategy})
 
@@ -161,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="", help='overrides of every cell, e.g. "lr=0.002 image-size=64"')
     parser.add_argument("--variant", default="", help="a name for --variant-config: its cells are <method>:<name>")
     parser.add_argument("--variant-config", default="", help='what the variant changes, e.g. "optimizer-state=\'local\'"')
+    parser.add_argument("--centralized-variant", action="store_true",
+                        help="also train centralized with the variant (for settings centralized training reads)")
     args = parser.parse_args(argv)
     if bool(args.variant) != bool(args.variant_config):
         parser.error("--variant and --variant-config go together")
@@ -170,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         for method in args.methods:
             cell_config(dataset, args.seeds[0], args.rounds, variant, method)
     csv_path = args.out / "results.csv"
-    todo = cells(args.datasets, args.methods, args.seeds, args.rungs, args.variant)
+    todo = cells(args.datasets, args.methods, args.seeds, args.rungs, args.variant, args.centralized_variant)
     done = finished_cells(csv_path)
     args.out.mkdir(parents=True, exist_ok=True)
     log_sitting(args.out, sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))

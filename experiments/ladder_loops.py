@@ -21,11 +21,11 @@ import torch
 from experiments import in_process
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.baselines.scaffold import update_server_control, zero_controls
-from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
+from fedsm_core.algorithms.fedsm.client import round_settings
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
-from fedsm_core.analysis.pooled import concat_arrays, pass_lr_factor, train_on_arrays
+from fedsm_core.analysis.pooled import centralized_settings, concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
@@ -91,8 +91,7 @@ def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
     """One Adam over ``num-server-rounds * local-epochs`` passes of the pooled training images."""
     sites, device = load_sites(config), select_device(config.device)
     spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
-    settings = TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, config.seed,
-                             augmentation=config.augmentation, precision=config.precision)
+    settings = centralized_settings(config, config.seed)
     curve: list[tuple[int, float]] = []
     validation = {s.name: s.val for s in sites}
 

@@ -53,6 +53,7 @@ class RunConfig:
     max_local_steps: int = 0
     local_steps: int = 0
     augmentation: str = "flip"
+    style_augmentation: float = 0.0
     lr: float = 2e-3
     lr_schedule: str = "constant"
     lr_warmup_rounds: int = 0
@@ -143,6 +144,7 @@ class RunConfig:
         _check_range("local-epochs", self.local_epochs, 1, 1000)
         _check_range("max-local-steps", self.max_local_steps, 0, 10**9)
         _check_range("local-steps", self.local_steps, 0, 10**9)
+        _check_range("style-augmentation", self.style_augmentation, 0.0, 1.0)
         if self.local_steps and (self.local_epochs != 1 or self.max_local_steps):
             raise ValueError(f"local-steps = {self.local_steps} sets every site's number of minibatches per round by "
                              f"itself, but local-epochs = {self.local_epochs} and max-local-steps = "

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation import evaluate_model
@@ -63,7 +63,8 @@ def train_on_arrays(
     """
     torch.manual_seed(settings.seed)
     model = spec.build_segmentation().to(device)
-    learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss)
+    learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss,
+                      segmentation_batch_fn(settings))  # one style generator over all passes
     generator = torch.Generator().manual_seed(settings.seed)
     for epoch in range(1, epochs + 1):
         if lr_factor is not None:
@@ -82,6 +83,13 @@ def train_on_arrays(
             per_site = {site: evaluate_model(model, split, device=device) for site, split in validation.items()}
             on_epoch(epoch, pool_site_metrics(per_site)["dice-global"])
     return model.eval()
+
+
+def centralized_settings(config: RunConfig, seed: int) -> TrainSettings:
+    """The settings of centralized training: one pass at a time, the sites' batch, lr and augmentation."""
+    return TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
+                         augmentation=config.augmentation, precision=config.precision,
+                         style_augmentation=config.style_augmentation)
 
 
 def pass_lr_factor(config: RunConfig) -> Callable[[int], float]:

@@ -1,4 +1,4 @@
-"""Random acquisition-style changes, for the selector's site-contrast negatives."""
+"""Random acquisition-style changes: the selector's site-contrast negatives, and a training augmentation."""
 
 from __future__ import annotations
 
@@ -69,3 +69,24 @@ def randomize_style(images: torch.Tensor, generator: torch.Generator | None = No
     noise_level = (0.04 * torch.rand((batch, 1, 1, 1), generator=generator)).to(device)
     noise = torch.randn(styled.shape, generator=generator).to(device)
     return (styled + noise * noise_level).clamp(0.0, 1.0)
+
+
+def restyled_batch(probability: float, generator: torch.Generator | None = None):
+    """A segmentation learner's batch function that restyles each image with ``probability``.
+
+    ``style-augmentation``: a site that sees one acquisition style trains on
+    others too (:func:`randomize_style`), so its update pulls less toward its
+    own style. Masks are unchanged (a style change keeps the content), and the
+    batch itself is not modified: other learners (FedSM's selector) step on the
+    images as they are.
+    """
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"style-augmentation = {probability} is outside [0, 1]")
+
+    def batch(images: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        chosen = (torch.rand(len(images), generator=generator) < probability).to(images.device)
+        if not chosen.any():
+            return images, masks
+        return torch.where(chosen[:, None, None, None], randomize_style(images, generator), images), masks
+
+    return batch

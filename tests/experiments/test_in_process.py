@@ -43,7 +43,7 @@ def _app_rounds(settings: dict[str, object], rounds: int):
     ({"personalization": "apfl"}, 2),  # round 2 starts from what each site kept of round 1
     ({"selector-moments": "averaged"}, 2),  # the server's averaged moments instead of each site's own
     ({"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"}, 2),  # steps travel in replies
-    ({"optimizer-state": "local"}, 2),  # round 2 starts from each site's own Adams of round 1
+    ({"optimizer-state": "local", "style-augmentation": 0.5}, 2),  # round 2 starts from each site's own Adams
 ])
 def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
     # Prepare

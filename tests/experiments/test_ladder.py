@@ -50,7 +50,7 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
 
 @pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova",
                                          "site-weighting": "equal"},
-                                    {"optimizer-state": "local"}, {"strategy": "fedprox", "proximal-mu": 0.1},
+                                    {"optimizer-state": "local"}, {"strategy": "fedprox", "proximal-mu": 0.1, "style-augmentation": 0.5},
                                     {"strategy": "scaffold", "optimizer-state": "averaged"}],
                          ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold-averaged-adam"])
 def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
@@ -144,6 +144,23 @@ def test_a_variant_adds_its_own_rows_and_a_cell_another_sitting_holds_is_skipped
     methods = {key[0] for key in read_cells(tmp_path / "results.csv")["synthetic-fundus"][0]}
     assert methods == {"centralized", "fedavg", "fedavg:local"}
     assert "| fedavg:local | real | global |" in (tmp_path / "table.md").read_text()
+
+
+def test_a_variant_of_centralized_training_also_trains_centralized_with_it(tmp_path, monkeypatch):
+    # Prepare
+    trained = []
+    monkeypatch.setattr(ladder, "run_cell", lambda config, method, rung, folder: trained.append(
+        (method, rung, config.style_augmentation, config.strategy)) or _fake_result())
+
+    # Execute
+    assert ladder.main(["--out", str(tmp_path), "--datasets", "synthetic-fundus", "--methods", "fedprox", "--rounds",
+                        "2", "--run-config", TINY_TEXT, "--rungs", "real", "--variant", "style", "--variant-config",
+                        "style-augmentation=0.5", "--centralized-variant"]) == 0
+
+    # Assert: plain centralized stays the reference; centralized:style and fedprox:style get the setting
+    assert trained == [("centralized", "pooled", 0.0, "fedavg"), ("centralized", "pooled", 0.5, "fedavg"),
+                       ("fedprox", "real", 0.5, "fedprox")]
+    assert "| centralized:style | pooled | global |" in (tmp_path / "table.md").read_text()
 
 
 def _fake_result() -> ladder_loops.CellResult:

@@ -13,7 +13,7 @@ import torch
 
 from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
-from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_hooks
+from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn, segmentation_hooks
 from fedsm_core.algorithms.baselines.scaffold import ScaffoldCorrection
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
@@ -84,7 +84,7 @@ def train_global_client(
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
     if options.optimizer_state is not None:
         load_adam_state(model, optimizer, options.optimizer_state)
-    learner = Learner("global", model, optimizer, soft_dice_loss, hooks=hooks)
+    learner = Learner("global", model, optimizer, soft_dice_loss, segmentation_batch_fn(settings), hooks)
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
                              settings.augmentation, settings.precision)

@@ -14,12 +14,12 @@ from fedsm_core.algorithms.personalization.base import PersonalizationSettings, 
 from fedsm_core.algorithms.personalization.registry import personalization
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.data.style import randomize_style
+from fedsm_core.data.style import randomize_style, restyled_batch
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.batches import iterate_batches
-from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
+from fedsm_core.training.local_update import BatchFn, Learner, TrainingHook, segmentation_batch, train_on_split
 from fedsm_core.training.lr_schedule import LRSchedule
 from fedsm_core.training.optimizer_state import (adam_state_to_arrays, learners_state_to_arrays, load_adam_state,
                                                  load_learners_state)
@@ -42,6 +42,7 @@ class TrainSettings:
     personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
     perturbation_alpha: float = 0.0
     precision: str = "fp32"
+    style_augmentation: float = 0.0
 
 
 def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
@@ -67,6 +68,7 @@ def round_settings(config: RunConfig, server_round: int, site_index: int) -> Tra
         personalization=PersonalizationSettings.from_run_config(config),
         perturbation_alpha=config.active_perturbation_alpha,
         precision=config.precision,
+        style_augmentation=config.style_augmentation,
     )
 
 
@@ -137,12 +139,13 @@ def train_fedsm_client(
     selector_step = selector_learner(selector, payload.selector_optimizer, site_index, spec.num_sites, settings)
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
-                hooks=segmentation_hooks(settings)),
+                segmentation_batch_fn(settings), segmentation_hooks(settings)),
         personal.learner,
     ]
     plain_step = personalization(settings.personalization.method).plain_step
     if plain_step:
         personal.learner.hooks = [*personal.learner.hooks, *segmentation_hooks(settings)]
+        personal.learner.batch_fn = segmentation_batch_fn(settings)
     # The selector's moments follow selector-moments; a special personal learner's optimizer is its own affair
     kept = learners[:2] if plain_step else learners[:1]
     if optimizer_state is not None:
@@ -178,6 +181,17 @@ def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num
 def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:
     """Hooks every segmentation learner gets: HarmoFL's weight perturbation when ``perturbation_alpha > 0``."""
     return [WeightPerturbation(settings.perturbation_alpha)] if settings.perturbation_alpha > 0 else []
+
+
+def segmentation_batch_fn(settings: TrainSettings) -> BatchFn:
+    """The batch function of every segmentation learner: the batch as it is, or restyled (``style-augmentation``).
+
+    Each learner gets its own generator from the same seed, so FedSM's global
+    copy sees the very images a FedAvg site would.
+    """
+    if settings.style_augmentation == 0.0:
+        return segmentation_batch
+    return restyled_batch(settings.style_augmentation, torch.Generator().manual_seed(settings.seed + 2))
 
 
 def _loaded(model: nn.Module, weights, where: str, device: torch.device) -> nn.Module:

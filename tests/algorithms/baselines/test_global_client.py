@@ -91,3 +91,21 @@ def test_local_steps_gives_every_site_the_same_number_of_steps_whatever_its_size
 
     # Assert: local-steps = 5 is 5 steps at both sites (2.5 and 5 passes); one epoch is 2 and 1
     assert steps == {("fixed", "big"): 5.0, ("fixed", "small"): 5.0, ("epochs", "big"): 2.0, ("epochs", "small"): 1.0}
+
+
+def test_style_augmentation_trains_on_other_images_than_the_plain_batch():
+    # Prepare
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    start = get_weights(SPEC.build_segmentation())
+
+    # Execute
+    trained = {}
+    for probability in (0.0, 1.0):
+        settings = TrainSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=1,
+                                 style_augmentation=probability)
+        trained[probability] = train_global_client(start, _data(), SPEC, settings, GlobalClientOptions(),
+                                                   torch.device("cpu"))[0].weights
+
+    # Assert
+    assert any(not np.array_equal(trained[0.0][k], v) for k, v in trained[1.0].items())

@@ -96,7 +96,8 @@ def test_a_local_round_lowers_the_selector_loss_on_the_images_it_trained_on():
 
 
 def _fedsm_round(spec, payload, data, seed: int, kept):
-    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed)
+    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
+                             style_augmentation=0.5)
     return train_fedsm_client(payload, 1, data, spec, settings, torch.device("cpu"), None, kept)[0]
 
 
@@ -119,7 +120,7 @@ def test_kept_optimizer_state_carries_the_global_copy_and_softpull_model_into_th
     single = {}
     for server_round, weights in ((1, segmentation), (2, None)):
         settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3,
-                                 seed=server_round)
+                                 seed=server_round, style_augmentation=0.5)
         update, _ = train_global_client(weights if weights is not None else single["update"].weights, data, spec,
                                         settings, GlobalClientOptions(optimizer_state=single.get("state", {})),
                                         torch.device("cpu"))
@@ -131,6 +132,6 @@ def test_kept_optimizer_state_carries_the_global_copy_and_softpull_model_into_th
         np.testing.assert_array_equal(local_1.global_weights[key], value, err_msg=key)
     steps = {key.split(":")[0]: float(v) for key, v in local_2.optimizer_state.items() if key.endswith("/step")}
     assert steps == {"global": 4.0, "personal": 4.0}
-    # FedSM's global copy is the single model trained on the same batches: so with kept state it must match exactly
+    # FedSM's global copy is the single model trained on the same (restyled) batches: with kept state it matches
     for key, value in single["update"].weights.items():
         np.testing.assert_array_equal(local_2.global_weights[key], value, err_msg=key)
