@@ -77,6 +77,28 @@ def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_
     assert any(not np.array_equal(start[k], v) for k, v in weights.items())
 
 
+def test_averaged_adam_state_over_one_site_is_that_sites_kept_state():
+    # Prepare: one site, so the average of the replied states is the site's own
+    weights = {}
+    for mode in ("local", "averaged"):
+        config = RunConfig.from_mapping({**TINY, "strategy": "fedavg", "optimizer-state": mode})
+        sites = ladder_loops.load_sites(config)[:1]
+        spec = run_model_spec(config, sites[0].train.masks.shape[1], 1)
+        torch.manual_seed(0)
+        current, state = get_weights(spec.build_segmentation()), ladder_loops.round_state(spec)
+        optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
+
+        # Execute
+        for server_round in (1, 2, 3):
+            current = ladder_loops.fedavg_round(current, sites, spec, config, server_round, torch.device("cpu"),
+                                                optimizer, state)
+        weights[mode] = current
+
+    # Assert
+    for key, value in weights["local"].items():
+        np.testing.assert_array_equal(weights["averaged"][key], value, err_msg=key)
+
+
 @pytest.mark.parametrize(("method", "kept"), [("fedavg", {}), ("fedavg", {"optimizer-state": "local",
                                                                            "server-optimizer": "momentum",
                                                                            "server-momentum": 0.5}),
