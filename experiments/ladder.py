@@ -14,11 +14,16 @@ sit in the same CSV beside the plain method and the one centralized reference::
         --datasets synthetic-fundus-style --methods fedavg --rungs real \\
         --variant local-adam --variant-config "optimizer-state='local'"
 
+A variant of a setting centralized training reads as well (an augmentation,
+say) also trains ``centralized:<name>`` with ``--centralized-variant``; plain
+centralized stays every variant's reference.
+
 Several sittings may share one ``--out`` at once (one per free core): a cell
 is locked while it trains, and each sitting skips cells another holds.
 
 For each dataset and seed it trains centralized (one Adam over all passes of
-the pooled training images), then each method on three partitions of the same
+the pooled training images), then each method (FedAvg, FedProx, SCAFFOLD or
+FedSM) on three partitions of the same
 training images (:mod:`fedsm_core.data.repartition`): ``one-site`` (the round
 protocol alone), ``iid`` (averaging sites that do not differ) and ``real``
 (averaging plus heterogeneity). Every cell is scored on the real sites' own
