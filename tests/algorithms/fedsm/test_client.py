@@ -66,15 +66,22 @@ def test_local_round_steps_every_model_and_reports_the_site_size():
     assert float(update.selector_optimizer["classifier.bias/step"]) == 2.0
 
 
+def _site_start(num_structures: int, images: int, data_seed: int):
+    """A spec of 3 sites, its initial segmentation and selector weights (torch seed 0), and random site data."""
+    spec = ModelSpec("mobilenet_v2", num_structures=num_structures, num_sites=3, selector_width=4)
+    torch.manual_seed(0)
+    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
+    rng = np.random.default_rng(data_seed)
+    data = SegArrays(rng.random((images, 3, 32, 32), dtype=np.float32),
+                     (rng.random((images, num_structures, 32, 32)) > 0.5).astype(np.float32),
+                     tuple(f"x/{i}" for i in range(images)))
+    return spec, segmentation, selector, data
+
+
 def test_a_local_round_lowers_the_selector_loss_on_the_images_it_trained_on():
     # Prepare: site 1 of 3; the loss is Algorithm 1's, cross-entropy against one_hot(1) on the site's images
     torch.set_num_threads(1)
-    spec = ModelSpec("mobilenet_v2", num_structures=2, num_sites=3, selector_width=4)
-    torch.manual_seed(0)
-    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
-    rng = np.random.default_rng(1)
-    data = SegArrays(rng.random((8, 3, 32, 32), dtype=np.float32),
-                     (rng.random((8, 2, 32, 32)) > 0.5).astype(np.float32), tuple(f"x/{i}" for i in range(8)))
+    spec, segmentation, selector, data = _site_start(num_structures=2, images=8, data_seed=1)
     settings = TrainSettings(batch_size=4, local_epochs=5, max_local_steps=0, lr=1e-3, selector_lr=1e-2, seed=0,
                              selector_negatives=False, augmentation="none")
 
@@ -104,12 +111,7 @@ def _fedsm_round(spec, payload, data, seed: int, kept):
 def test_kept_optimizer_state_carries_the_global_copy_and_softpull_model_into_the_next_round():
     # Prepare
     torch.set_num_threads(1)
-    spec = ModelSpec("mobilenet_v2", num_structures=1, num_sites=3, selector_width=4)
-    torch.manual_seed(0)
-    segmentation, selector = get_weights(spec.build_segmentation()), get_weights(spec.build_selector())
-    rng = np.random.default_rng(0)
-    data = SegArrays(rng.random((6, 3, 32, 32), dtype=np.float32), (rng.random((6, 1, 32, 32)) > 0.5).astype(np.float32),
-                     tuple(f"x/{i}" for i in range(6)))
+    spec, segmentation, selector, data = _site_start(num_structures=1, images=6, data_seed=0)
     start = FedSMPayload(segmentation, segmentation, selector, {})
 
     # Execute: round 1 reset and local; round 2 of local from its round-1 state, and of the single-model client
