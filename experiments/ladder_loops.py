@@ -33,8 +33,8 @@ from fedsm_core.data.repartition import repartition
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation import evaluate_model
-from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.methods import method
+from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.reporting import pool_site_metrics
 from fedsm_core.training.optimizer_state import fresh_adam_state
