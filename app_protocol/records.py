@@ -27,7 +27,8 @@ CONTROL_DELTA = "control-delta"
 CLIENT_CONTROL_STATE = "scaffold-client-control"
 PERSONAL_STATE = "personalization-client-state"
 SELECTOR_MOMENTS_STATE = "selector-moments"  # the selector's Adam moments, kept at the site (selector-moments = local)
-OPTIMIZER_STATE = "global-optimizer"  # a site's Adam state: kept at the site (local) or averaged by the server (averaged)
+# a site's Adam state: kept at the site (local) or averaged by the server (averaged)
+OPTIMIZER_STATE = "global-optimizer"
 SELECTOR_STATISTICS = "selector-statistics"
 # What a QUERY message asks for (its CONFIG's ASK): which site the node is, or selector statistics.
 ASK = "ask"

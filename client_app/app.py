@@ -40,22 +40,22 @@ from app_protocol.train_messages import (
 from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
-from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
+from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
-from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
-from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
+from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
+from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.config import RunConfig
-from fedsm_core.methods import METHODS, Method
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, describe_device, select_device, set_cpu_threads
-from fedsm_core.evaluation import evaluate_model, evaluate_super_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluate_super_model
+from fedsm_core.methods import METHODS, Method
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
 from fedsm_core.report.overlays import model_predictor, super_model_predictor
@@ -106,8 +106,11 @@ def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Who this node is (``ask = node``), a site's data size and pixel statistics (``ask = site``, the
-    default), or the embedding statistics of a selector it is sent (``ask = selector-statistics``)."""
+    """Answer a query: who this node is, its site's size and statistics, or a selector's statistics.
+
+    ``ask = node``: who this node is; ``ask = site`` (the default): a site's data size and pixel
+    statistics; ``ask = selector-statistics``: the embedding statistics of a selector it is sent.
+    """
     asked = decode_query(msg.content)
     if asked == records.ASK_NODE:
         return Message(encode_node_reply(node_identity(context.node_config)), reply_to=msg)

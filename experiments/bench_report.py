@@ -63,7 +63,8 @@ def wire_section(sizes: Mapping[str, int], traffic: Mapping[str, Mapping[str, fl
     rows = [
         ("measured: training, round 1 (no Adam moments yet)", _measured(traffic, "train/sent/round-1"),
          _measured(traffic, "train/received/round-1")),
-        ("measured: training, rounds 2+", _later_rounds(traffic, "train/sent"), _later_rounds(traffic, "train/received")),
+        ("measured: training, rounds 2+", _later_rounds(traffic, "train/sent"),
+         _later_rounds(traffic, "train/received")),
         ("selector-moments = averaged: 2 U-Nets + selector + its Adam moments", expected["app"], expected["app"]),
         ("paper: 2 U-Nets (global, own personalized) + selector", expected["paper"], expected["paper"]),
         (f"sending all K = {k} personalized models (+ global, selector, moments)", expected["all-personalized"],

@@ -24,11 +24,11 @@ import torch
 from app_protocol import records
 from experiments.compare import launch_run
 from experiments.peak_memory import PeakMemory
+from fedsm_core.command_line.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
-from fedsm_core.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
 from server_app.traffic import SITE_TRAIN, TIMING_FILE, TRAFFIC_FILE, array_record_bytes
 
@@ -121,7 +121,7 @@ def run_flwr(settings: dict[str, object], out: Path, label: str, environment: di
 def client_workers(num_supernodes: int, environment: dict[str, str]) -> int:
     """Ray ClientApp workers of a run: what ``scripts/run-simulation.sh`` plans from the same variables.
 
-    The script asks :func:`~fedsm_core.simulation_resources.plan_resources`
+    The script asks :func:`~fedsm_core.command_line.simulation_resources.plan_resources`
     with ``RAY_CPUS`` (default: the usable cores), ``CLIENT_CPUS`` (1) and
     ``CLIENT_GPUS`` (auto); ``environment`` wins over this process's.
     """

@@ -1,10 +1,10 @@
-"""Compare methods on one dataset over several seeds (the paper's Table 3 and Figure 2).
+r"""Compare methods on one dataset over several seeds (the paper's Table 3 and Figure 2).
 
 Usage::
 
-    python -m experiments.compare --out results/compare --seeds 0 1 2 \\
-        --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \\
-                  fedbn harmofl fedsm-ampnorm knn-per \\
+    python -m experiments.compare --out results/compare --seeds 0 1 2 \
+        --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \
+                  fedbn harmofl fedsm-ampnorm knn-per \
         --run-config "num-server-rounds=15"
 
 Federated methods run through ``scripts/run-simulation.sh`` (the same Flower
@@ -29,12 +29,11 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import tomllib
 import torch
-
 
 from experiments.comparison_table import comparison_table, plot_curves, write_long_csv
 from experiments.progress import over_runs
@@ -44,10 +43,10 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
-from fedsm_core.evaluation import evaluate_model
-from fedsm_core.models.spec import run_model_spec
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.methods import METHODS as METHOD_TABLE
+from fedsm_core.models.spec import run_model_spec
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every federated method, its display name, score and settings come from the table of methods.
@@ -206,7 +205,7 @@ def load_chosen(path: Path | None, overrides: dict[str, object]) -> dict[str, di
         try:
             choices = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"--chosen {path}: cannot read a JSON object of per-method overrides ({error})")
+            raise ValueError(f"--chosen {path}: cannot read a JSON object of per-method overrides ({error})") from error
         unknown = sorted(set(choices) - set(METHODS))
         if unknown:
             raise ValueError(f"--chosen {path}: unknown methods {unknown}; expected some of {list(METHODS)}")

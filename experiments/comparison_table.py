@@ -74,7 +74,8 @@ def comparison_table(rows: Iterable[Mapping[str, str]], sites: Sequence[str], me
             found = [per_site[column] for per_site in seeds.values() if column in per_site]
             cells.append(mean_std(found) if found else "-")
         averages = [
-            sum(per_site[s] for s in sites) / len(sites) for per_site in seeds.values() if all(s in per_site for s in sites)
+            sum(per_site[s] for s in sites) / len(sites)
+            for per_site in seeds.values() if all(s in per_site for s in sites)
         ]
         cells.insert(len(sites), mean_std(averages) if averages else "-")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")

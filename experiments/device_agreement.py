@@ -24,8 +24,8 @@ import dataclasses
 import numpy as np
 
 from experiments.in_process import prepare, train_round
-from fedsm_core.models.weights import Weights
 from fedsm_core.config import RunConfig
+from fedsm_core.models.weights import Weights
 
 RELATIVE_TOLERANCE = 1e-2
 # Small and quick on the CPU: 6 sites, 4 minibatches each, three models stepped on each.
@@ -85,7 +85,8 @@ def fedsm_models(federation) -> dict[str, Weights]:
     fedsm = federation.fedsm
     models = {"global": fedsm.global_weights, "selector": fedsm.selector_weights}
     models.update({f"personalized {site}": fedsm.personalized[site] for site in fedsm.site_names})
-    return {name: {key: np.array(value, copy=True) for key, value in weights.items()} for name, weights in models.items()}
+    return {name: {key: np.array(value, copy=True) for key, value in weights.items()}
+            for name, weights in models.items()}
 
 
 def one_round(device: str, settings: dict[str, object]) -> tuple[dict[str, Weights], dict[str, Weights]]:

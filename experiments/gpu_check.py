@@ -39,9 +39,9 @@ from experiments.compare import launch_run
 from experiments.device_agreement import RELATIVE_TOLERANCE, ROUND_SETTINGS, compare_devices
 from experiments.gpu_report import write_report
 from experiments.gpu_sampling import GpuSampler, busy_share, peak_memory_per_process
+from fedsm_core.command_line.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
-from fedsm_core.simulation_resources import plan_resources, visible_gpu_count
 from server_app.traffic import TIMING_FILE
 
 PARTS = ("simulation", "agreement")

@@ -47,7 +47,7 @@ def simulation_section(simulation: dict) -> list[str]:
         f"(training exchange: {_seconds(simulation.get('train-seconds', []))})",
         f"- training images per round: {images}; images per second in the training exchange: "
         f"{', '.join(f'{rate:.1f}' for rate in rates) or '-'}",
-        f"- GPU busy share during training exchanges: "
+        "- GPU busy share during training exchanges: "
         + (", ".join(f"GPU {gpu} {share:.0%}" for gpu, share in busy.items()) or "-")
         + f"; mean {overall:.0%}: {verdict}",
         f"- nvidia-smi samples: {simulation.get('samples', 0)}; wall time {simulation.get('wall-seconds', 0):.0f} s",

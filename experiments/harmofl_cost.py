@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
 from fedsm_core.device import select_device, set_cpu_threads

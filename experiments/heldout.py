@@ -35,13 +35,13 @@ from pathlib import Path
 from experiments.compare import ROOT, launch_run, parse_overrides
 from experiments.heldout_report import plot_features, plot_gamma_curves, result_rows, result_table
 from experiments.progress import over_runs
-from fedsm_core.analysis.held_out import HeldOutResult, analyse_held_out
 from fedsm_core.analysis.familiarity import fit_site_regions
+from fedsm_core.analysis.held_out import HeldOutResult, analyse_held_out
 from fedsm_core.analysis.model_scores import score_every_model, selector_features
-from fedsm_core.bundle import load_bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
 from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.run_files.bundle import load_bundle
 
 
 def train_without(site: str, overrides: dict[str, object], out: Path) -> Path:

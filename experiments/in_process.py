@@ -3,7 +3,7 @@
 It composes the core functions the ServerApp and ClientApp call
 (:class:`~fedsm_core.algorithms.fedsm.fedsm.FedSM`,
 :func:`~fedsm_core.algorithms.fedsm.client.train_fedsm_client`,
-:func:`~fedsm_core.evaluation.evaluate_super_model`) with the same data, model
+:func:`~fedsm_core.evaluation.super_model_evaluation.evaluate_super_model`) with the same data, model
 initialisation, per-(round, site) seeds
 (:func:`~fedsm_core.algorithms.fedsm.client.round_settings`), validation
 schedule (every ``eval-every`` rounds and the last), gamma chosen on validation
@@ -21,21 +21,21 @@ import time
 import torch
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
-from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
 from fedsm_core.algorithms.fedsm.client import round_settings, train_fedsm_client
-from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
+from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
-from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 from fedsm_core.methods import METHODS
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import set_weights
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.precision import resolve_precision
 
 

@@ -1,17 +1,17 @@
-"""The generalization-gap ladder: where federated training loses to pooled training.
+r"""The generalization-gap ladder: where federated training loses to pooled training.
 
 Usage (resumable: finished cells are read from the CSV, an interrupted cell
 continues from its last checkpoint)::
 
-    python -m experiments.ladder --out experiments/results/ladder --seeds 0 --rounds 100 \\
-        --datasets synthetic-fundus-style synthetic-fundus experiments/federations/drishti-six-site.toml \\
+    python -m experiments.ladder --out experiments/results/ladder --seeds 0 --rounds 100 \
+        --datasets synthetic-fundus-style synthetic-fundus experiments/federations/drishti-six-site.toml \
         --methods fedavg fedsm
 
 A setting to compare is a variant: its cells are named ``<method>:<name>`` and
 sit in the same CSV beside the plain method and the one centralized reference::
 
-    python -m experiments.ladder --out experiments/results/ladder --seeds 0 --rounds 100 \\
-        --datasets synthetic-fundus-style --methods fedavg --rungs real \\
+    python -m experiments.ladder --out experiments/results/ladder --seeds 0 --rounds 100 \
+        --datasets synthetic-fundus-style --methods fedavg --rungs real \
         --variant local-adam --variant-config "optimizer-state='local'"
 
 A variant of a setting centralized training reads as well (an augmentation,
@@ -65,8 +65,9 @@ METHODS = ("fedavg", "fedprox", "scaffold", "fedsm")
 CENTRALIZED = "centralized"
 
 
-def cells(datasets: list[str], methods: list[str], seeds: list[int], rungs: list[str] = list(PARTITIONS),
-          variant: str = "", centralized_variant: bool = False) -> list[tuple[str, str, str, int]]:
+def cells(datasets: list[str], methods: list[str], seeds: list[int],
+          rungs: tuple[str, ...] | list[str] = tuple(PARTITIONS), variant: str = "",
+          centralized_variant: bool = False) -> list[tuple[str, str, str, int]]:
     """``(dataset, method, rung, seed)`` in run order: centralized first, then each method's rungs.
 
     A ``variant``'s cells are named ``<method>:<variant>``. Plain centralized is
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100, help="rounds (centralized: passes) per cell")
     parser.add_argument("--run-config", default="", help='overrides of every cell, e.g. "lr=0.002 image-size=64"')
     parser.add_argument("--variant", default="", help="a name for --variant-config: its cells are <method>:<name>")
-    parser.add_argument("--variant-config", default="", help='what the variant changes, e.g. "optimizer-state=\'local\'"')
+    parser.add_argument("--variant-config", default="",
+                        help='what the variant changes, e.g. "optimizer-state=\'local\'"')
     parser.add_argument("--centralized-variant", action="store_true",
                         help="also train centralized with the variant (for settings centralized training reads)")
     args = parser.parse_args(argv)

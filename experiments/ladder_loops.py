@@ -32,11 +32,11 @@ from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.repartition import repartition
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
-from fedsm_core.evaluation import evaluate_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.methods import method
 from fedsm_core.models.spec import ModelSpec, run_model_spec
 from fedsm_core.models.weights import Weights, get_weights, set_weights
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.optimizer_state import fresh_adam_state
 
 POOLED = "pooled"
@@ -56,7 +56,7 @@ class CellResult:
     seconds: float = 0.0
 
     def rows(self) -> list[tuple[str, int, str, float]]:
-        """``(kind, round, site, value)``: ``val``/``test`` for the global model, ``-super`` added for the super model."""
+        """``(kind, round, site, value)``: ``val``/``test`` for the global model, ``-super`` for the super model."""
         last = max((r for curve in self.curves.values() for r, _ in curve), default=0)
         suffix = {"global": "", "super": "-super"}
         rows = [(f"val{suffix[m]}", r, POOLED, d) for m, curve in self.curves.items() for r, d in curve]
@@ -139,8 +139,9 @@ def _site_options(config: RunConfig, site: str, state: dict) -> GlobalClientOpti
 
 def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpec, config: RunConfig,
                  server_round: int, device: torch.device, optimizer: ServerOptimizer, state: dict) -> Weights:
-    """One round of a single-model strategy as the app runs it (FedAvg, FedProx or SCAFFOLD): each site
-    trains from ``weights``; the server averages them (``step-normalization``) and takes its optimizer's
+    """One round of a single-model strategy as the app runs it (FedAvg, FedProx or SCAFFOLD).
+
+    Each site trains from ``weights``; the server averages them (``step-normalization``) and takes its optimizer's
     step (``server-optimizer``; ``none`` keeps the average).
 
     ``state`` holds what outlives a round: each site's Adam state (``optimizer-state = local``) and
@@ -176,7 +177,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     model = spec.build_segmentation()
     state = _checkpoint(folder)
     if state is None:
-        torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies)
+        torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies.builder)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
     state = {**round_state(spec), **state}  # the ladder's first checkpoints lack some of it
     optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))

@@ -1,8 +1,8 @@
-"""The ladder's table, from its CSV alone.
+r"""The ladder's table, from its CSV alone.
 
 Usage::
 
-    python -m experiments.ladder_table --csv experiments/results/ladder/results.csv \\
+    python -m experiments.ladder_table --csv experiments/results/ladder/results.csv \
         --out experiments/results/ladder/table.md
 
 One section per dataset; one row per (method, rung, model), means over the
@@ -100,6 +100,7 @@ def write_table(csv_path: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the ladder's table from its CSV."""
     parser = argparse.ArgumentParser(description="The ladder's table from its CSV")
     parser.add_argument("--csv", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)

@@ -1,10 +1,10 @@
-"""FedSM's personalization studies: the paper's Table 6 (methods) and Table 7 (SoftPull lambda).
+r"""FedSM's personalization studies: the paper's Table 6 (methods) and Table 7 (SoftPull lambda).
 
 Usage::
 
-    python -m experiments.personalization_study --table 6 --out results/table6-fundus \\
+    python -m experiments.personalization_study --table 6 --out results/table6-fundus \
         --run-config "num-server-rounds=10 eval-every=5 lr=0.005"
-    python -m experiments.personalization_study --table 7 --out results/table7-prostate \\
+    python -m experiments.personalization_study --table 7 --out results/table7-prostate \
         --run-config "dataset='synthetic-prostate' num-server-rounds=10 eval-every=5 lr=0.005"
 
 Every variant is one ``flwr run`` of FedSM (``scripts/run-simulation.sh``)

@@ -1,8 +1,8 @@
-"""Selector ablation: how each way of training FedSM's selector tells the sites apart, per round.
+r"""Selector ablation: how each way of training FedSM's selector tells the sites apart, per round.
 
 Usage::
 
-    python -m experiments.selector_study --out experiments/results/selector-ablation \\
+    python -m experiments.selector_study --out experiments/results/selector-ablation \
         --datasets synthetic-fundus experiments/federations/drishti-six-site.toml --seeds 0 1 2
 
 FedSM trains its selector beside the U-Nets but independently of them (each

@@ -47,8 +47,19 @@ from pathlib import Path
 from experiments.compare import ROOT, launch_run, run_pooled
 from experiments.progress import over_runs
 from experiments.study_plan import StudyPlan, load_plan
-from experiments.study_runs import (ROWS_FILE, Launch, RunKey, chunk_seconds, federated_rows, read_rows,
-                                    record_seconds, result_rows, run_federated, run_key, write_rows)
+from experiments.study_runs import (
+    ROWS_FILE,
+    Launch,
+    RunKey,
+    chunk_seconds,
+    federated_rows,
+    read_rows,
+    record_seconds,
+    result_rows,
+    run_federated,
+    run_key,
+    write_rows,
+)
 from experiments.study_table import plot_study_curves, study_table
 from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, site_means, write_image_dice
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
@@ -74,8 +85,10 @@ def plan_jobs(plan: StudyPlan) -> list[Job]:
 
 
 def finished_rows(key: RunKey, runs: Path, recorded: Sequence[Mapping[str, str]] = ()) -> list[dict[str, str]] | None:
-    """The rows of a finished run: from its folder, else from ``recorded`` (a study's ``results.csv``); ``None``
-    when it has not finished."""
+    """The rows of a finished run, or ``None`` when it has not finished.
+
+    Read from the run's folder, else from ``recorded`` (a study's ``results.csv``).
+    """
     path = key.folder(runs) / ROWS_FILE
     if path.is_file():
         return read_rows(path)

@@ -31,9 +31,10 @@ Every error names the plan file, the setting, the value found and the fix.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+
+import tomllib
 
 from experiments.compare import FEDERATED, METHOD_SETTINGS, load_chosen
 from fedsm_core.config import RunConfig

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
-from fedsm_core.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, RESUMABLE_CHANGES, load_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, RESUMABLE_CHANGES, load_checkpoint
 from fedsm_core.training.stopping_rule import StoppingRule, stopping_round, validation_curve
 
 ROWS_FILE = "study-rows.csv"
@@ -139,7 +139,7 @@ def interrupted_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path |
 
     Only a run folder without test results counts, and only when its run config
     equals ``settings`` in every key a resume may not change (outside
-    :data:`~fedsm_core.checkpoint.RESUMABLE_CHANGES`): a rerun with other
+    :data:`~fedsm_core.run_files.checkpoint.RESUMABLE_CHANGES`): a rerun with other
     settings starts afresh rather than being refused by the ServerApp. Of
     those, :func:`resume_point` takes the furthest toward ``num-server-rounds``.
     """

@@ -1,8 +1,8 @@
-"""``table.md`` and ``curves.png`` of a study, from its long CSV alone.
+r"""``table.md`` and ``curves.png`` of a study, from its long CSV alone.
 
 Usage (the study writes both after every run; this regenerates them)::
 
-    python -m experiments.study_table --csv experiments/results/reference/results.csv \\
+    python -m experiments.study_table --csv experiments/results/reference/results.csv \
         --out experiments/results/reference/table.md --curves experiments/results/reference/curves.png
 
 One table per dataset in the layout of Table 3 of Xu et al. (2022): a row per
@@ -173,7 +173,8 @@ def parts_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
         seeds = sorted(set(alone) & set(own) & set(routed), key=int)
         gain = [routed[s] - max(alone[s], own[s]) for s in seeds]
         cells = [mean_std([part[s] for s in seeds]) for part in (alone, own, routed)]
-        lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join([*cells, mean_std(gain), str(len(seeds))]) + " |")
+        lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join([*cells, mean_std(gain), str(len(seeds))])
+                     + " |")
     return lines
 
 
@@ -248,7 +249,7 @@ def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Pa
     datasets = list(dict.fromkeys(r["dataset"] for r in rows if r["kind"] == "val")) or ["(no runs yet)"]
     figure, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.2), squeeze=False)
     for axis, dataset in zip(axes[0], datasets, strict=True):
-        for name, curve, label, style in curve_styles(mean_curves(comparable_rows(rows, dataset)[0], dataset)):
+        for _name, curve, label, style in curve_styles(mean_curves(comparable_rows(rows, dataset)[0], dataset)):
             axis.plot([r for r, _ in curve], [v for _, v in curve], label=label, linestyle=style)
         axis.set_title(dataset)
         axis.set_xlabel("round (centralized: epoch)")

@@ -1,8 +1,8 @@
-"""Does the super model beat its parts? Per-site test tables of FedSM runs over seeds.
+r"""Does the super model beat its parts? Per-site test tables of FedSM runs over seeds.
 
 Usage::
 
-    python -m experiments.super_model_study --out experiments/results/super-model/synthetic-fundus \\
+    python -m experiments.super_model_study --out experiments/results/super-model/synthetic-fundus \
         --seeds 0 1 2 --methods fedsm fedsm-extra --run-config "num-server-rounds=30"
 
 Each (method, seed) is one ``flwr run`` through ``scripts/run-simulation.sh``
@@ -40,14 +40,14 @@ from experiments.compare import FEDERATED, ROOT, launch_run, parse_overrides, ru
 from experiments.in_process import chosen_gamma
 from experiments.progress import over_runs
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
-from fedsm_core.bundle import load_bundle
-from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedsm_core.config import RunConfig
-from fedsm_core.methods import METHODS
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.device import set_cpu_threads
-from fedsm_core.evaluation import evaluate_super_model
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
+from fedsm_core.methods import METHODS
+from fedsm_core.run_files.bundle import load_bundle
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 
 METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global")
 HEADERS = {"dice-global": "global", "dice-personal": "own personalized", "dice-super": "super",
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += test_rows(folder, Path(dataset).stem, method, seed)
         if not METHODS[method].extra_selector and args.gamma_selection:  # FedSM-extra has no gamma
             rows += rescore(folder, Path(dataset).stem, method, seed, args.gamma_selection)
-        write_results(args.out, rows, f"Command: `python -m experiments.super_model_study {' '.join(argv or sys.argv[1:])}`")
+        write_results(args.out, rows,
+                      f"Command: `python -m experiments.super_model_study {' '.join(argv or sys.argv[1:])}`")
         elapsed = time.monotonic() - started
         print(f"[study] {done + 1}/{len(jobs)} runs done ({elapsed:.0f} s); {folder}", flush=True)
     print("\n".join(study_table(rows)))

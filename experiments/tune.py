@@ -56,10 +56,9 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.compare import (METHODS, ROOT, load_chosen, parse_overrides, run_federated, run_folders,
-                                 run_settings)
-from experiments.study_runs import finished_checkpoint
+from experiments.compare import METHODS, ROOT, load_chosen, parse_overrides, run_federated, run_folders, run_settings
 from experiments.progress import over_runs
+from experiments.study_runs import finished_checkpoint
 from fedsm_core.config import RunConfig
 
 DEFAULT_GRID = {

@@ -11,8 +11,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.data.augment import AUGMENTATIONS
+from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.methods import STRATEGIES, method
 
 # Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
@@ -25,7 +25,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precisi
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
 GAMMA_SELECTIONS = ("per-model", "validation", "fixed")
-PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")  # see fedsm_core.algorithms.personalization
+# see fedsm_core.algorithms.personalization
+PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
 
@@ -34,8 +35,8 @@ WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --r
 class RunConfig:
     """Every setting of a run, with its default.
 
-    Attributes mirror the kebab-case keys of ``[tool.flwr.app.config]``; the README
-    documents each one.
+    Attributes mirror the kebab-case keys of ``[tool.flwr.app.config]``;
+    ``docs/configuration.md`` (generated from this class) documents each one.
     """
 
     num_server_rounds: int = 30
@@ -247,7 +248,8 @@ def _check_personalization(config: RunConfig) -> None:
     if config.personalization != "softpull" and method(config.strategy).family != "fedsm":
         raise ValueError(
             f"personalization = '{config.personalization}' trains FedSM's personalized models, but strategy = "
-            f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'; {WHERE}"
+            f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'; "
+            f"{WHERE}"
         )
     _check_range("apfl-alpha", config.apfl_alpha, 0.0, 1.0)
     _check_range("apfl-alpha-lr", config.apfl_alpha_lr, 0.0, 10.0)

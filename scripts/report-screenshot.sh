@@ -17,7 +17,7 @@ if [ -z "$browser" ]; then
     echo "report-screenshot: no chromium on PATH; install it with: apt-get install chromium" >&2
     exit 1
 fi
-python -m fedsm_core.cli report "$run"
+python -m fedsm_core.command_line.cli report "$run"
 profile="$(mktemp -d)"
 trap 'rm -rf "$profile"' EXIT
 full="$profile/full.png"

@@ -35,7 +35,7 @@ runs="$(cd "$runs" && pwd)"
 overrides="${1:-}"
 
 # Check the settings before anything starts; its answer is the number of sites.
-if ! sites="$(python -m fedsm_core.cli check-config --app . --simulation --print-num-sites \
+if ! sites="$(python -m fedsm_core.command_line.cli check-config --app . --simulation --print-num-sites \
     --run-config "output-dir='$runs' $overrides")"; then
   echo "run-simulation: fix the settings above; nothing was started" >&2
   exit 2
@@ -54,7 +54,7 @@ stop_superlink() {
 stop_superlink  # a SuperLink left from an earlier run keeps that run's environment
 trap stop_superlink EXIT
 
-resources="$(python -m fedsm_core.simulation_resources --num-supernodes "${NUM_SUPERNODES:-$sites}" \
+resources="$(python -m fedsm_core.command_line.simulation_resources --num-supernodes "${NUM_SUPERNODES:-$sites}" \
   --ray-cpus "${RAY_CPUS:-$(nproc)}" --client-cpus "${CLIENT_CPUS:-1}" --client-gpus "${CLIENT_GPUS:-auto}")" \
   || { echo "run-simulation: fix the setting named above" >&2; exit 2; }
 FEDERATION_CONFIG=""; CLIENT_GPU_SHARE=""

@@ -12,21 +12,21 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from app_protocol.evaluate_messages import ask_for_overlays
-from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
+from fedsm_core.command_line.preflight import require_valid_run
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
-from fedsm_core.preflight import require_valid_run
+from fedsm_core.methods import METHODS
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.report.run_data import OVERLAY_FOLDER
 from fedsm_core.report.run_report import write_report
-from fedsm_core.methods import METHODS
-from fedsm_core.reporting import write_summary
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
+from fedsm_core.run_files.run_outputs import write_summary
 from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
 from server_app.discovery import discover_sites
 from server_app.round_clock import RoundClock
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
-from server_app.site_strategy import SiteStrategy
-from server_app.strategies import Setup, build_strategy
+from server_app.strategies.builder import Setup, build_strategy
+from server_app.strategies.site_strategy import SiteStrategy
 
 app = ServerApp()
 

@@ -88,7 +88,8 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
         For nodes that cannot serve the dataset (see :func:`server_app.site_assignment.assign_sites`).
     """
     assignment = assign_nodes(grid, site_names, timeout)
-    messages = [_query(node, records.ASK_SITE, site_names[index]) for index, node in sorted(assignment.node_of_site.items())]
+    messages = [_query(node, records.ASK_SITE, site_names[index])
+                for index, node in sorted(assignment.node_of_site.items())]
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     site_of_message = {m.metadata.message_id: i for m, i in zip(messages, sorted(assignment.node_of_site), strict=True)}
     sites: dict[int, SiteNode] = {}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
+from logging import INFO
 from pathlib import Path
 
 from flwr.common import log
-from logging import INFO
 
 from fedsm_core.config import RunConfig
-from fedsm_core.reporting import MetricsLog, pool_site_metrics
+from fedsm_core.run_files.run_outputs import MetricsLog, pool_site_metrics
 
 METRICS_FILE = "metrics.csv"
 SUMMARY_FILE = "summary.md"
@@ -45,6 +45,7 @@ class ProgressReporter:
         self.latest: dict[str, dict[str, dict[str, float]]] = {}
 
     def __call__(self, server_round: int, split: str, per_site: dict[str, dict[str, float]]) -> None:
+        """Record one evaluation's per-site metrics and print its progress line."""
         pooled = self.metrics.add(server_round, split, per_site)
         self.latest[split] = per_site
         elapsed = time.monotonic() - self.started

@@ -30,3 +30,23 @@ def server_process():
     saved = _identity(0)
     yield
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture
+def in_process_app(tmp_path, monkeypatch):
+    """Run the ServerApp against in-process ClientApps (``tests/in_process_grid.py``).
+
+    Returns ``run(overrides, num_nodes=6, name="runs")`` -> ``(run folder, metrics rows, grid)``;
+    each call writes its run folder under ``tmp_path / name`` and the sites keep their state
+    in this test's folder.
+    """
+    from support.in_process_grid import metrics_rows, only_run_folder, run_app
+
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+
+    def run(overrides, num_nodes: int = 6, name: str = "runs"):
+        grid = run_app(tmp_path / name, overrides, num_nodes)
+        folder = only_run_folder(tmp_path / name)
+        return folder, metrics_rows(folder), grid
+
+    return run

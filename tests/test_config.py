@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from fedsm_core.config import RunConfig
 
@@ -75,7 +75,8 @@ def test_numeric_coercion():
 
 def test_unknown_key_lists_valid_keys():
     # Prepare / Execute / Assert
-    with pytest.raises(ValueError, match=r"unknown run-config key\(s\) \['softpull-lamda'\]; valid keys: .*'softpull-lambda'"):
+    with pytest.raises(ValueError,
+                       match=r"unknown run-config key\(s\) \['softpull-lamda'\]; valid keys: .*'softpull-lambda'"):
         RunConfig.from_mapping({"softpull-lamda": 0.5})
 
 

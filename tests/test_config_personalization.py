@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.config import RunConfig

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation import evaluate_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.metrics import split_scores
-from fedsm_core.reporting import format_table, pool_site_metrics
+from fedsm_core.run_files.run_outputs import format_table, pool_site_metrics
 
 
 class Constant(torch.nn.Module):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -34,8 +34,8 @@ def declared_requirements() -> list[Requirement]:
 def test_the_lock_pins_every_requirement_within_its_bounds():
     pins = locked_versions()
     outside = {str(req): str(pins.get(canonicalize_name(req.name))) for req in declared_requirements()
-               if canonicalize_name(req.name) not in pins or not req.specifier.contains(pins[canonicalize_name(req.name)],
-                                                                                         prereleases=True)}
+               if canonicalize_name(req.name) not in pins
+               or not req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True)}
     assert not outside, f"requirements/lock.txt is stale, regenerate it with the command in its header: {outside}"
 
 

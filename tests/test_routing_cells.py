@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE
-from fedsm_core.evaluation import routing_cells
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.evaluation.super_model_evaluation import routing_cells
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 
 
 def test_counts_per_route_and_dice_over_routed_images_with_foreground():
@@ -42,15 +42,15 @@ def test_routed_counts_add_up_when_sites_are_pooled():
 
 def test_the_test_evaluation_routing_row_restates_dice_super_and_share_global():
     # Prepare: the toy super model of test_evaluation (selector = first pixels, models = thresholds)
-    from test_evaluation import ChannelSelector, Threshold, _site
+    from support.tiny_super_model import ChannelSelector, Threshold, tiny_site
 
     from fedsm_core.algorithms.fedsm.super_model import SuperModel
-    from fedsm_core.evaluation import evaluate_super_model
+    from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
     model = SuperModel(Threshold(0.55), [Threshold(0.5), Threshold(0.7), Threshold(0.2)], ChannelSelector(3), 0.5)
 
     # Execute
-    metrics = evaluate_super_model(model, 0, _site(0), batch_size=5, routing=True)
+    metrics = evaluate_super_model(model, 0, tiny_site(0), batch_size=5, routing=True)
 
     # Assert: the row's counts cover every image, its share to global is share-global, and the
     # count-weighted Dice of its cells is dice-super (every toy image has foreground)
@@ -59,4 +59,4 @@ def test_the_test_evaluation_routing_row_restates_dice_super_and_share_global():
     assert counts.get("num-routed-global", 0.0) / 12 == pytest.approx(metrics["share-global"])
     weighted = sum(metrics[f"routed-dice-{key.removeprefix('num-routed-')}"] * n for key, n in counts.items()) / 12
     assert weighted == pytest.approx(metrics["dice-super"])
-    assert "num-routed-global" not in evaluate_super_model(model, 0, _site(0), batch_size=5)  # only when asked
+    assert "num-routed-global" not in evaluate_super_model(model, 0, tiny_site(0), batch_size=5)  # only when asked

@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma
+from fedsm_core.algorithms.fedsm.super_model import check_gamma
 from fedsm_core.analysis.familiarity import SiteRegions
 from fedsm_core.analysis.gamma_calibration import calibrate_gamma, fit_unseen_temperature, gated_routes
-from fedsm_core.algorithms.fedsm.super_model import check_gamma
 from fedsm_core.analysis.model_scores import (
-    ModelScores, dice_by_gamma, route_images, routed_dice, selection_frequencies, softmax,
+    ModelScores,
+    dice_by_gamma,
+    route_images,
+    routed_dice,
+    selection_frequencies,
+    softmax,
 )
 
 

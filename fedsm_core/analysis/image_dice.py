@@ -31,14 +31,14 @@ import torch
 from fedsm_core.algorithms.knn_per.knn_per import KNNPer, dice_per_lambda
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.analysis.model_scores import routed_dice, score_every_model, softmax
-from fedsm_core.bundle import load_bundle
-from fedsm_core.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays, SiteSplits
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.methods import METHODS
 from fedsm_core.metrics import dice_per_image, has_foreground
-from fedsm_core.model_files import load_global_model
+from fedsm_core.run_files.bundle import load_bundle
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from fedsm_core.run_files.model_files import load_global_model
 from fedsm_core.training.batches import iterate_batches
 
 IMAGE_DICE_FILE = "test-images.csv"

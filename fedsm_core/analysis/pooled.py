@@ -16,10 +16,10 @@ import torch
 from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation import evaluate_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.reporting import pool_site_metrics
+from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
 from fedsm_core.training.lr_schedule import LRSchedule

@@ -1,0 +1,1 @@
+"""Sites and their images: generators, real layouts, loaders, checks and augmentation."""

@@ -1,4 +1,4 @@
-"""Cases (patients) of slice layouts: whole cases go to train or validation, never both.
+r"""Cases (patients) of slice layouts: whole cases go to train or validation, never both.
 
 A ProstateSlice site stores one PNG per MR slice, named ``<case>_<slice>``
 (``00_01``, ``00_02``, ...). Neighbouring slices of one patient are nearly the
@@ -13,7 +13,7 @@ its whole name (without suffix), the ``case-pattern`` option of a site:
 ==================  ===================  ==========================================
 layout              default pattern      case of
 ==================  ===================  ==========================================
-``prostate-slices`` ``(.+?)(?:_\\d+)?``   ``00_01`` -> ``00``; ``Case07_003`` ->
+``prostate-slices`` ``(.+?)(?:_\d+)?``   ``00_01`` -> ``00``; ``Case07_003`` ->
                                          ``Case07``; a name without ``_<digits>``
                                          is its own case
 ``fundus-dofe``     ``(.+)``             every image is its own case

@@ -40,6 +40,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +160,7 @@ def partition_stems(stems: list[str], seed: int = 0) -> list[list[str]]:
     ordered = sorted(stems)
     order = np.random.default_rng([_check_seed(seed), *b"drishti-partition"]).permutation(len(ordered))
     bounds = np.cumsum((0, *partition_sizes(len(ordered))))
-    return [sorted(ordered[k] for k in order[a:b]) for a, b in zip(bounds, bounds[1:])]
+    return [sorted(ordered[k] for k in order[a:b]) for a, b in pairwise(bounds)]
 
 
 def _split_site(stems: list[str], seed: int, index: int) -> tuple[list[str], list[str], list[str]]:

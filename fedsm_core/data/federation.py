@@ -26,9 +26,10 @@ the spec may leave ``path`` out: only the site list and sources are shared.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from fedsm_core.data.sources import data_source
 

@@ -136,7 +136,8 @@ def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int 
                         f"expected {layout.expected()}")
     train_folder = layout.folders(site_path, "train")[0]
     train, val = split_cases_off(list(pairs["train"]), pattern, VAL_FRACTION, seed, site, train_folder)
-    chosen = {"train": (train, pairs["train"]), "val": (val, pairs["train"]), "test": (sorted(pairs["test"]), pairs["test"])}
+    chosen = {"train": (train, pairs["train"]), "val": (val, pairs["train"]),
+              "test": (sorted(pairs["test"]), pairs["test"])}
     arrays = {}
     for split, (stems, by_stem) in chosen.items():
         examples = [prepare_example(*read_pair(by_stem[s], layout, decoder), image_size) for s in stems]

@@ -103,8 +103,9 @@ def split_off(stems: Sequence[str], fraction: float, seed: int, salt: str) -> tu
     """Split ``stems`` into ``(kept, split_off)`` with ``round(fraction * n)`` taken, seeded.
 
     At least one is taken when ``fraction > 0`` and there are two or more
-    stems, so a small site still has a validation image to score on. The draw depends only on the sorted stems, ``seed`` and ``salt`` (e.g. the
-    site name), never on listing order, so every machine makes the same split.
+    stems, so a small site still has a validation image to score on. The draw
+    depends only on the sorted stems, ``seed`` and ``salt`` (e.g. the site
+    name), never on listing order, so every machine makes the same split.
     """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"split fraction = {fraction} must be in [0, 1)")

@@ -7,12 +7,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fedsm_core.data.arrays import SiteSplits
-from fedsm_core.data.files import DataError
 from fedsm_core.data.federation import FederationSpec, load_federation, locate_spec
+from fedsm_core.data.files import DataError
 from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING
 from fedsm_core.data.sources import data_source
-from fedsm_core.data.synthetic_copies import (MAX_SITES, PREFIX, STYLE_ONLY_DATASET, copy_site_name, fundus_site_count,
-                                              generate_copy_site, generate_style_only_site)
+from fedsm_core.data.synthetic_copies import (
+    MAX_SITES,
+    PREFIX,
+    STYLE_ONLY_DATASET,
+    copy_site_name,
+    fundus_site_count,
+    generate_copy_site,
+    generate_style_only_site,
+)
 from fedsm_core.data.synthetic_fundus import FUNDUS_SITES, generate_site
 from fedsm_core.data.synthetic_prostate import PROSTATE_SITES
 from fedsm_core.data.synthetic_prostate import generate_site as generate_prostate_site
@@ -137,7 +144,8 @@ def hold_out(info: DatasetInfo, site_name: str) -> DatasetInfo:
     if site_name not in info.site_names:
         raise ValueError(f"held-out-site = '{site_name}' is not a site of the dataset {list(info.site_names)}")
     if info.num_sites < 3:
-        raise ValueError(f"held-out-site = '{site_name}' would leave {info.num_sites - 1} site; FedSM needs two or more")
+        raise ValueError(f"held-out-site = '{site_name}' would leave {info.num_sites - 1} site; "
+                         "FedSM needs two or more")
     kept = [i for i, name in enumerate(info.site_names) if name != site_name]
     return dataclasses.replace(
         info,

@@ -45,7 +45,8 @@ def pool_channel_statistics(parts: Sequence[ChannelStatistics]) -> ChannelStatis
     if not parts:
         raise ValueError("pool_channel_statistics: no statistics to pool")
     if len({len(p.mean) for p in parts} | {len(p.var) for p in parts}) != 1:
-        raise ValueError(f"pool_channel_statistics: sites report different channel counts {[len(p.mean) for p in parts]}")
+        counts = [len(p.mean) for p in parts]
+        raise ValueError(f"pool_channel_statistics: sites report different channel counts {counts}")
     counts = np.array([p.count for p in parts], dtype=np.float64)
     means = np.array([p.mean for p in parts], dtype=np.float64)
     variances = np.array([p.var for p in parts], dtype=np.float64)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -341,7 +342,7 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
     # 0.5/0.25/0.25 split: val and test get at least 2, train the remainder.
     n_val = max(2, n // 4)
     bounds = (0, n - 2 * n_val, n - n_val, n)
-    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b]) for a, b in zip(bounds, bounds[1:])]
+    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b]) for a, b in pairwise(bounds)]
     return SiteSplits(site.name, *splits)
 
 

@@ -8,8 +8,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-
-
 Weights = dict[str, np.ndarray]
 
 

@@ -126,7 +126,7 @@ def settings_from_summary(path: Path) -> dict[str, str]:
 
 def _checkpoint_parts(path: Path) -> dict[str, Any]:
     """The report's part of a checkpoint: config, sites, metric rows and the validation sweeps."""
-    from fedsm_core.checkpoint import load_checkpoint  # torch import only when a checkpoint is read
+    from fedsm_core.run_files.checkpoint import load_checkpoint  # torch import only when a checkpoint is read
 
     state = load_checkpoint(path)
     lists = state["state"].get("latest-lists", {}).get("val", {})

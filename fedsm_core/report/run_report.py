@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
-from fedsm_core.evaluation import ROUTED_COUNT, ROUTED_DICE, route_label
+from fedsm_core.evaluation.super_model_evaluation import ROUTED_COUNT, ROUTED_DICE, route_label
 from fedsm_core.report.overlays import DEPLOYMENT_FOLDER
-from fedsm_core.report.report_plots import (cost_per_round, plot_cost, plot_gamma, plot_test_bars,
-                                            plot_validation)
+from fedsm_core.report.report_plots import cost_per_round, plot_cost, plot_gamma, plot_test_bars, plot_validation
 from fedsm_core.report.run_data import OVERLAY_FOLDER, POOLED, RunData, describe_settings, load_run
 
 REPORT_FILE = "report.html"

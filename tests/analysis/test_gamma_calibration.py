@@ -9,8 +9,14 @@ import pytest
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.analysis.gamma_calibration import (
-    TEMPERATURE_GRID, calibrate_gamma, drop_site, fit_temperature, fit_unseen_temperature, negative_log_likelihood,
-    unseen_site_curves, unseen_site_labelled_logits,
+    TEMPERATURE_GRID,
+    calibrate_gamma,
+    drop_site,
+    fit_temperature,
+    fit_unseen_temperature,
+    negative_log_likelihood,
+    unseen_site_curves,
+    unseen_site_labelled_logits,
 )
 from fedsm_core.analysis.model_scores import ModelScores, softmax
 
@@ -97,7 +103,7 @@ def test_calibrate_gamma_ties_go_to_the_smallest_gamma():
     # site a alone: 0.75 on the plateau 0.65, 0.70, 0.75
     gamma, pooled = calibrate_gamma({"a": validation_case()["a"]}, SITES)
 
-    assert [g for g, v in zip(GAMMA_GRID, pooled) if v == max(pooled)] == [0.65, 0.7, 0.75]
+    assert [g for g, v in zip(GAMMA_GRID, pooled, strict=True) if v == max(pooled)] == [0.65, 0.7, 0.75]
     assert gamma == 0.65
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
-from fedsm_core.analysis.gamma_calibration import TEMPERATURE_GRID
 from fedsm_core.analysis.familiarity import SiteRegions
+from fedsm_core.analysis.gamma_calibration import TEMPERATURE_GRID
 from fedsm_core.analysis.held_out import analyse_held_out, project_2d
 from fedsm_core.analysis.model_scores import ModelScores
 
@@ -56,7 +56,7 @@ def test_test_curve_and_the_four_gammas(result):
     # the oracle is the best gamma of the test curve (smallest of the 0.75-0.90 plateau)
     best = max(result.curve)
     assert result.curve[GAMMA_GRID.index(result.gammas["oracle"])] == best
-    assert all(value < best for g, value in zip(GAMMA_GRID, result.curve) if g < result.gammas["oracle"])
+    assert all(value < best for g, value in zip(GAMMA_GRID, result.curve, strict=True) if g < result.gammas["oracle"])
 
 
 def test_routing_frequencies_by_hand(result):

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, read_rows, run_sites, site_means, write_image_dice
-from fedsm_core.bundle import BundleInfo, load_bundle, save_bundle, save_global_model
-from fedsm_core.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from fedsm_core.config import RunConfig
-from fedsm_core.evaluation import evaluate_model, evaluate_super_model
-from fedsm_core.model_files import load_global_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
+from fedsm_core.run_files.bundle import BundleInfo, load_bundle, save_bundle, save_global_model
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, save_checkpoint
+from fedsm_core.run_files.model_files import load_global_model
 
 STRUCTURES = ("disc", "cup")
 
@@ -48,7 +48,7 @@ def _run_folder(tmp_path: Path, strategy: str) -> tuple[Path, RunConfig]:
 
 
 def _reported(folder: Path, config: RunConfig) -> dict[str, float]:
-    """What the ClientApp's evaluation reports per site (fedsm_core.evaluation)."""
+    """What the ClientApp's evaluation reports per site (fedsm_core.evaluation.super_model_evaluation)."""
     sites = run_sites(config)
     if config.strategy == "fedsm":
         model, _ = load_bundle(folder / "super_model.pt")

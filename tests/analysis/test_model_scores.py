@@ -8,15 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.analysis.model_scores import (
-    GLOBAL_COLUMN, ModelScores, dice_by_gamma, route_images, routed_dice, score_every_model,
-    selection_frequencies, softmax,
-)
 from fedsm_core.algorithms.fedsm.super_model import SuperModel
+from fedsm_core.analysis.model_scores import (
+    GLOBAL_COLUMN,
+    ModelScores,
+    dice_by_gamma,
+    route_images,
+    routed_dice,
+    score_every_model,
+    selection_frequencies,
+    softmax,
+)
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import dice_per_image
 from fedsm_core.models.spec import ModelSpec
-
 
 # ---------------------------------------------------------------- softmax
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from app_protocol.evaluate_messages import (ask_for_overlays, decode_evaluation, encode_model_evaluation,
-                                            encode_super_model_evaluation)
+from app_protocol.evaluate_messages import (
+    ask_for_overlays,
+    decode_evaluation,
+    encode_model_evaluation,
+    encode_super_model_evaluation,
+)
 
 
 def _weights(value: float) -> dict[str, np.ndarray]:

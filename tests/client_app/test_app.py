@@ -7,9 +7,9 @@ import pytest
 import torch
 from flwr.app import Context, Message, MessageType, RecordDict
 
-from client_app import app as client
 from app_protocol import records
 from app_protocol.evaluate_messages import decode_models_reply, encode_models_query
+from client_app import app as client
 from client_app.site import resolve_site_index
 from client_app.site_state import load_site_state
 from fedsm_core.config import RunConfig

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flwr.app import Context, Message, MessageType, RecordDict
 
-from client_app import app as client
 from app_protocol import records
+from client_app import app as client
 from client_app.site_state import load_site_state
 from fedsm_core.algorithms.personalization.apfl import ALPHA_KEY, LOCAL_PREFIX
 from fedsm_core.config import RunConfig

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, Message, MessageType, RecordDict
 
-from client_app import app as client
 from app_protocol import records
+from client_app import app as client
 from client_app.site import node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.config import RunConfig

@@ -75,7 +75,7 @@ def test_affine_keeps_the_second_structure_inside_the_first():
     # the cup stays within the disc: both planes get the same warp
     data = _ellipses(structures=2)
 
-    for images, masks in _batches(data, "affine", seed=1):
+    for _images, masks in _batches(data, "affine", seed=1):
         outer, inner = masks[:, 0].numpy() > 0.5, masks[:, 1].numpy() > 0.5
         assert inner.any()
         assert (inner & ~outer).sum() <= 2  # at most a stray boundary pixel from nearest sampling

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from support.png_sites import prostate_folders, prostate_mask
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _png_sites import prostate_folders, prostate_mask  # noqa: E402
-
-from fedsm_core.cli import main  # noqa: E402
-from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern  # noqa: E402
-from fedsm_core.data.files import DataError  # noqa: E402
-from fedsm_core.data.png_layouts import load_png_site  # noqa: E402
-from fedsm_core.data.sources import data_source  # noqa: E402
+from fedsm_core.command_line.cli import main
+from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern
+from fedsm_core.data.files import DataError
+from fedsm_core.data.png_layouts import load_png_site
+from fedsm_core.data.sources import data_source
 
 
 def write_slices(site: Path, train: list[str], test: list[str]) -> Path:

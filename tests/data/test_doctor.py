@@ -6,7 +6,14 @@ import shutil
 
 import numpy as np
 import pytest
-from _png_sites import fundus_folders, fundus_mask, prostate_folders, save, write_fundus_site, write_prostate_site
+from support.png_sites import (
+    fundus_folders,
+    fundus_mask,
+    prostate_folders,
+    save,
+    write_fundus_site,
+    write_prostate_site,
+)
 
 from fedsm_core.data.doctor import inspect_png_site, site_folders
 from fedsm_core.data.doctor_report import format_reports

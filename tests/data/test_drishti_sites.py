@@ -117,7 +117,7 @@ def test_sites_are_disjoint_cover_every_image_and_split_50_25_25(fake_sites):
     assert len(everything) == len(set(everything)) == FAKE_TOTAL
     assert set(everything) == {f"drishtiGS_{k:03d}" for k in range(1, FAKE_TOTAL + 1)}
     assert tuple(len(s) for s in stems) == partition_sizes(FAKE_TOTAL)
-    for site, profile in zip(fake_sites, DRISHTI_SITES):
+    for site, profile in zip(fake_sites, DRISHTI_SITES, strict=True):
         n = len(_stems(site))
         assert site.name == profile.name
         assert (len(site.train), len(site.val), len(site.test)) == (n - 2 * (n // 4), n // 4, n // 4)
@@ -173,12 +173,13 @@ def test_acquisition_shifts_make_sites_differ(fake_sites):
 def test_zoom_reaches_the_masks_and_the_masks_stay_on_the_bright_disc(fake_root, fake_sites):
     original = load_png_site(fake_root, "fundus-dofe", SIZE)
     base = np.concatenate([_all(original, "masks")[:, 0].mean(axis=(1, 2))]).mean()
-    discs = {p.name: _all(s, "masks")[:, 0].mean(axis=(1, 2)).mean() for p, s in zip(DRISHTI_SITES, fake_sites)}
+    discs = {p.name: _all(s, "masks")[:, 0].mean(axis=(1, 2)).mean() for p, s in zip(DRISHTI_SITES, fake_sites,
+                                                                                     strict=True)}
     assert discs["site-3"] > 1.15 * base  # tight crop: the disc looks larger
     assert discs["site-2"] < 0.8 * base  # wide field: the disc looks smaller
     for site in fake_sites:
         grey, discs_ = _all(site, "images").mean(axis=1), _all(site, "masks")[:, 0]
-        for image, disc in zip(grey, discs_):
+        for image, disc in zip(grey, discs_, strict=True):
             area = int(disc.sum())
             brightest = np.argsort(image.ravel())[-area:]  # as many pixels as the mask holds
             assert disc.ravel()[brightest].mean() > 0.8, site.name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from _png_sites import prostate_folders, write_fundus_site, write_prostate_site
+from support.png_sites import prostate_folders, write_fundus_site, write_prostate_site
 
 from fedsm_core.data import federation
 from fedsm_core.data.federation import load_federation, locate_spec

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
+from support.png_sites import fundus_folders, fundus_mask, prostate_folders, save, write_prostate_site
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _png_sites import fundus_folders, fundus_mask, prostate_folders, save, write_prostate_site  # noqa: E402
-
-from fedsm_core.cli import main  # noqa: E402
-from fedsm_core.data.load_check import case_of_id  # noqa: E402
+from fedsm_core.command_line.cli import main
+from fedsm_core.data.load_check import case_of_id
 
 
 def check(capsys, *args: str) -> tuple[int, str, str]:

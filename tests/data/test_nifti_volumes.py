@@ -100,7 +100,7 @@ def test_multisite_slices_targets_and_ids(tmp_path):
     assert masks.dtype == np.float32 and masks.shape == (len(ids), 1, SIZE, SIZE)
     assert images.min() >= 0.0 and images.max() <= 1.0
     assert np.array_equal(images[:, 0], images[:, 1]) and np.array_equal(images[:, 0], images[:, 2])
-    for example_id, image, mask in zip(ids, images, masks):
+    for example_id, image, mask in zip(ids, images, masks, strict=True):
         expected = _expected_mask(example_id, cases)
         assert np.array_equal(mask[0], expected), example_id  # the box of this case, not another's
         assert np.array_equal(image[0] > 0.5, expected > 0), example_id  # image and label of the same case
@@ -123,7 +123,7 @@ def test_msd_zones_merge_and_modality_choice(tmp_path):
         splits = load_nifti_site(site, SIZE, layout="msd", modality=modality, empty_fraction=0.0, name="msd")
         ids = _ids(splits)
         assert sorted(ids) == sorted(f"msd/{c}/z{z:03d}" for c in cases for z in FOREGROUND_SLICES)
-        for example_id, image, mask in zip(ids, _all(splits, "images"), _all(splits, "masks")):
+        for example_id, image, mask in zip(ids, _all(splits, "images"), _all(splits, "masks"), strict=True):
             box = _label(cases[_case(example_id)], values=(1, 2))[:, :, int(example_id[-3:])]
             assert set(np.unique(box)) == {0, 1, 2}  # both zones present ...
             assert np.array_equal(mask[0], (box > 0).astype(np.float32))  # ... and merged into one target
@@ -233,7 +233,7 @@ def test_orphans_skip_warns_and_loads_the_rest(tmp_path):
     ids = _ids(splits)
     assert {_case(i) for i in ids} == {"Case00", "Case02", "Case04"}
     cases = {"Case00": 0, "Case02": 2, "Case04": 3}
-    for example_id, mask in zip(ids, _all(splits, "masks")):
+    for example_id, mask in zip(ids, _all(splits, "masks"), strict=True):
         assert np.array_equal(mask[0], _expected_mask(example_id, cases)), example_id
 
 

@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _png_sites import (
+from support.png_sites import (
     FILE_SIZE,
     box_target,
     fundus_folders,

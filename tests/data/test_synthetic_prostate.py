@@ -102,7 +102,7 @@ def test_gland_is_not_an_intensity_band(sites):
     for site in sites:
         images, masks = _grey(site), _all(site, "masks")[:, 0] > 0
         dice = []
-        for image, mask in zip(images, masks):
+        for image, mask in zip(images, masks, strict=True):
             low, high = np.percentile(image[mask], [5, 95])
             band = (image >= low) & (image <= high)
             dice.append(2.0 * (band & mask).sum() / (band.sum() + mask.sum()))
@@ -173,7 +173,7 @@ def test_no_label_shift_gland_area_alike_across_sites(sites):
 def test_bias_field_direction_follows_site(sites):
     # The anatomy is left-right symmetric on average: any asymmetry is bias.
     asymmetry = []
-    for site, profile in zip(sites, PROSTATE_SITES):
+    for site, profile in zip(sites, PROSTATE_SITES, strict=True):
         images = _grey(site)
         half = SIZE // 2
         ratio = (images[:, :, half:].mean() - images[:, :, :half].mean()) / images.mean()
@@ -188,7 +188,7 @@ def test_bias_field_direction_follows_site(sites):
 
 def test_background_noise_matches_site_noise_level(sites):
     # In the air the signal is 0, so the Rician magnitude has mean sigma*sqrt(pi/2).
-    for site, profile in zip(sites, PROSTATE_SITES):
+    for site, profile in zip(sites, PROSTATE_SITES, strict=True):
         images = _grey(site)
         corners = np.concatenate([images[:, :4, :4], images[:, :4, -4:],
                                   images[:, -4:, :4], images[:, -4:, -4:]], axis=1)

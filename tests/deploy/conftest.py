@@ -1,8 +1,7 @@
 """The deployment tests start real Flower servers; the marker is registered in pyproject.toml."""
 
 import pytest
-
-from _harness import Deployment, require_tools
+from support.deploy_harness import Deployment, require_tools
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from _harness import PRIVATE_HOST, PUBLIC_HOST, free_ports, write_probe_app
+from support.deploy_harness import PRIVATE_HOST, PUBLIC_HOST, free_ports, write_probe_app
 
 pytestmark = pytest.mark.deployment
 

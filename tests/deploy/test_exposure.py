@@ -21,9 +21,16 @@ from pathlib import Path
 import pytest
 from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=no-name-in-module
 from flwr.supercore.auth import create_superexec_auth_metadata, derive_auth_secret
-
-from _harness import (PRIVATE_HOST, PUBLIC_HOST, Deployment, fleet_self_register, free_ports, post, require_tools,
-                      write_probe_app)
+from support.deploy_harness import (
+    PRIVATE_HOST,
+    PUBLIC_HOST,
+    Deployment,
+    fleet_self_register,
+    free_ports,
+    post,
+    require_tools,
+    write_probe_app,
+)
 
 pytestmark = pytest.mark.deployment
 

@@ -14,18 +14,14 @@ from __future__ import annotations
 import csv
 import json
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from support.deploy_harness import PRIVATE_HOST, PUBLIC_HOST, free_ports
+from support.png_sites import write_slice_site  # the same tiny ProstateSlice sites as the in-process runs
 
-from _harness import PRIVATE_HOST, PUBLIC_HOST, free_ports
-from fedsm_core.bundle import load_bundle
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_end_to_end import _write_slice_site  # noqa: E402  (the same tiny ProstateSlice sites)
+from fedsm_core.run_files.bundle import load_bundle
 
 pytestmark = pytest.mark.deployment
 
@@ -38,7 +34,7 @@ RUN_TIMEOUT_S = 1200  # two tiny rounds took 6 min on a busy 2-core machine
 def test_three_authenticated_sites_train_over_tls_and_an_unregistered_key_is_refused(deployment, tmp_path):
     # Arrange: three sites, a spec without paths, credentials (plus a key nobody registers)
     for index, name in enumerate(SITES):
-        _write_slice_site(tmp_path / "data" / name, seed=index)
+        write_slice_site(tmp_path / "data" / name, seed=index)
     spec = tmp_path / "federation.toml"
     spec.write_text("\n".join(f'[[sites]]\nname = "{n}"\nsource = "prostate-slices"\n' for n in SITES))
     deployment.make_credentials(*SITES, INTRUDER)
@@ -47,7 +43,7 @@ def test_three_authenticated_sites_train_over_tls_and_an_unregistered_key_is_ref
     deployment.start_superlink_behind_proxy(superlink_port, public_port)
     deployment.script("register-sites.sh", str(deployment.cred), CONNECTION, f"{PRIVATE_HOST}:{superlink_port}",
                       *SITES, operator=True)
-    for site, port in zip(SITES, node_ports):
+    for site, port in zip(SITES, node_ports, strict=True):
         started = deployment.start_supernode(site, tmp_path / "data" / site, public, port)
         assert "is connected" in started.stdout, started.stdout + started.stderr
 

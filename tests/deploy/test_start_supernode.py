@@ -20,7 +20,8 @@ def test_bad_supernode_device_is_refused_before_the_node_starts(tmp_path, device
     env = {**os.environ, "SUPERNODE_DEVICE": device, "FLWR_HOME": str(tmp_path / "home")}
 
     # Execute
-    result = subprocess.run(["bash", str(SCRIPT), str(cred), "east", str(data), "127.0.0.1:1", "1", str(tmp_path / "s")],
+    result = subprocess.run(["bash", str(SCRIPT), str(cred), "east", str(data), "127.0.0.1:1", "1",
+                             str(tmp_path / "s")],
                             env=env, capture_output=True, text=True, timeout=60)
 
     # Assert

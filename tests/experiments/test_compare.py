@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
+from support.study_runs import fake_run_folder
 
-from experiments.comparison_table import read_long_csv
 from experiments.compare import main, parse_overrides, run_federated
-from fedsm_core.checkpoint import CHECKPOINT_FILE, save_checkpoint
+from experiments.comparison_table import read_long_csv
 from fedsm_core.config import RunConfig
-from fedsm_core.reporting import CSV_COLUMNS
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE
 
 TINY = "num-server-rounds=1 image-size=32 data-scale=0.1 max-local-steps=1"
 
@@ -48,26 +47,11 @@ def test_a_bad_setting_fails_before_training(tmp_path):
 
 def test_rows_are_labelled_by_the_normalization_that_ran():
     from experiments.compare import method_label
-    from fedsm_core.config import RunConfig
 
     assert method_label("FedBN", RunConfig(strategy="fedbn")) == "FedBN"
     assert method_label("FedAvg", RunConfig(strategy="fedavg")) == "FedAvg"
     assert method_label("FedAvg", RunConfig(strategy="fedavg", segmentation_norm="batch")) == "FedAvg (BatchNorm)"
     assert method_label("Centralized", RunConfig(segmentation_norm="batch")) == "Centralized (BatchNorm)"
-
-
-def _run_folder(runs, name: str, server_round: int, settings: dict, tested: bool, score: float = 0.5):
-    """A run folder as the ServerApp leaves it: a checkpoint at ``server_round``, and test rows if ``tested``."""
-    folder = runs / name
-    folder.mkdir(parents=True)
-    config = RunConfig.from_mapping(settings)
-    save_checkpoint(folder / CHECKPOINT_FILE, server_round, config.to_mapping(), ["site-1"], config.strategy, {}, [])
-    metric = "dice-super" if config.strategy.startswith("fedsm") else "dice-global"
-    rows = [(server_round, "val", "pooled", metric, score)] + \
-        ([(server_round, "test", "pooled", metric, 0.6)] if tested else [])
-    with (folder / "metrics.csv").open("w", newline="") as handle:
-        csv.writer(handle).writerows([CSV_COLUMNS, *rows])
-    return folder
 
 
 def test_an_interrupted_run_of_the_same_settings_is_continued_from_its_checkpoint(tmp_path, monkeypatch):
@@ -77,16 +61,16 @@ def test_an_interrupted_run_of_the_same_settings_is_continued_from_its_checkpoin
 
     def fake_launch(settings, runs, label, env=None):
         launched.append(dict(settings))
-        return _run_folder(runs, f"run-{len(launched)}", 10, {k: v for k, v in settings.items() if k != "resume-from"},
-                           tested=True)
+        settings = {k: v for k, v in settings.items() if k != "resume-from"}
+        return fake_run_folder(runs, f"run-{len(launched)}", 10, settings, tested=True)
 
     monkeypatch.setattr("experiments.compare.launch_run", fake_launch)
     base = {"num-server-rounds": 10, "softpull-lambda": 0.9, "image-size": 32}
     settings = {**base, "strategy": "fedsm", "seed": 0}
     runs = tmp_path / "runs" / "fedsm-seed0"
-    _run_folder(runs, "a-finished", 8, {**settings, "num-server-rounds": 8}, tested=True)
-    interrupted = _run_folder(runs, "b-interrupted", 6, settings, tested=False)
-    _run_folder(runs, "c-other-lambda", 8, {**settings, "softpull-lambda": 0.5}, tested=False)
+    fake_run_folder(runs, "a-finished", 8, {**settings, "num-server-rounds": 8}, tested=True)
+    interrupted = fake_run_folder(runs, "b-interrupted", 6, settings, tested=False)
+    fake_run_folder(runs, "c-other-lambda", 8, {**settings, "softpull-lambda": 0.5}, tested=False)
 
     # Execute
     run_federated("fedsm", 0, base, tmp_path)

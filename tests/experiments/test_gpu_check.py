@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from _gpu_results import FAKE
+from support.gpu_results import FAKE
 
 from experiments import gpu_check
 from experiments.gpu_check import failed

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _gpu_results import FAKE
+from support.gpu_results import FAKE
 
 from experiments.gpu_report import format_report, write_report
 

@@ -46,5 +46,6 @@ def test_busy_share_averages_only_samples_inside_the_windows():
 
 
 def test_peak_memory_is_the_largest_sample_of_each_process():
-    samples = [ProcessSample(1, 11, 100), ProcessSample(2, 11, 300), ProcessSample(3, 12, 50), ProcessSample(4, 11, 200)]
+    samples = [ProcessSample(1, 11, 100), ProcessSample(2, 11, 300),
+               ProcessSample(3, 12, 50), ProcessSample(4, 11, 200)]
     assert peak_memory_per_process(samples) == {11: 300, 12: 50}

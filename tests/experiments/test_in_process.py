@@ -12,7 +12,7 @@ from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from server_app.discovery import SiteNode
-from server_app.strategies import Setup, build_strategy
+from server_app.strategies.builder import Setup, build_strategy
 
 TINY = {"num-server-rounds": 1, "image-size": 32, "data-scale": 0.1, "max-local-steps": 2, "selector-width": 4,
         "batch-size": 4}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.personalization_study import read_test_scores
-from experiments.personalization_study import variants, write_report
+from experiments.personalization_study import read_test_scores, variants, write_report
 from fedsm_core.config import PERSONALIZATIONS, RunConfig
 
 
@@ -44,7 +43,8 @@ def test_rows_keep_the_test_scores_of_both_models_only(tmp_path):
 
 def test_the_report_has_a_table_per_score_and_the_wall_times(tmp_path):
     rows = [{"method": "FT", "seed": 0, "site": site, "metric": metric, "value": value, "config": "{}"}
-            for site, metric, value in [("a", "dice-super", 0.5), ("b", "dice-super", 0.7), ("pooled", "dice-super", 0.6),
+            for site, metric, value in [("a", "dice-super", 0.5), ("b", "dice-super", 0.7),
+                                        ("pooled", "dice-super", 0.6),
                                         ("a", "dice-personal", 0.9), ("b", "dice-personal", 0.8)]]
     text = write_report(tmp_path / "table.md", 6, rows, ["a", "b"], {"FT": 12.0}, "Table 6")
     assert "| FT | 0.5000 | 0.7000 | 0.6000 | 0.6000 |" in text

@@ -27,7 +27,7 @@ COMMAND_LINES = [
     (["ray::DashboardAgent", ""], "Ray services"),
     (["ray::IDLE", ""], "Ray services"),
     (["bash", "/work/scripts/run-simulation.sh", "image-size=64"], "other"),
-    ([PY, "-m", "fedsm_core.cli", "check-config", "--app", "."], "other"),
+    ([PY, "-m", "fedsm_core.command_line.cli", "check-config", "--app", "."], "other"),
     ([PY, "/root/.pyenv/versions/3.11.7/bin/flwr", "ls", "--run-id", "3"], "other"),  # flwr, but not flwr run
     ([], "other"),
 ]

@@ -2,7 +2,7 @@
 
 The stand-in writes what a run folder holds (``metrics.csv`` with a hand-made
 validation curve, ``checkpoint.pt``, ``test-images.csv``), checks every resume
-with the ServerApp's own :func:`fedsm_core.checkpoint.check_resumable` and
+with the ServerApp's own :func:`fedsm_core.run_files.checkpoint.check_resumable` and
 stops as the ServerApp does, by the run config's ``stop-*`` keys.
 """
 
@@ -16,10 +16,11 @@ import pytest
 import experiments.study as study
 from experiments.study_plan import StoppingRule
 from experiments.study_runs import Chunk, RunKey, read_rows, resume_point, run_key
-from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, write_rows as write_image_rows
-from fedsm_core.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
+from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE
+from fedsm_core.analysis.image_dice import write_rows as write_image_rows
 from fedsm_core.config import RunConfig
-from fedsm_core.reporting import CSV_COLUMNS
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
+from fedsm_core.run_files.run_outputs import CSV_COLUMNS
 from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
 
 SITES = ("site-1", "site-2")
@@ -174,7 +175,8 @@ def test_resume_point_takes_the_furthest_checkpoint_a_resume_accepts():
 def test_a_clone_with_only_the_committed_csv_skips_the_runs_it_holds(tmp_path, monkeypatch):
     # Prepare: a finished study, then its run folders removed (a clone holds results.csv, not runs/)
     plan, out = tmp_path / "plan.toml", tmp_path / "out"
-    plan.write_text(PLAN.replace('"fedsm", "fedsm-extra"', '"fedsm"').replace('fedsm-extra = { rounds-from = "fedsm" }', ''))
+    plan.write_text(PLAN.replace('"fedsm", "fedsm-extra"', '"fedsm"')
+                    .replace('fedsm-extra = { rounds-from = "fedsm" }', ''))
     monkeypatch.setattr(study, "run_pooled", fake_pooled([]))
     args = ["--plan", str(plan), "--out", str(out)]
     study.main(args, launch=FakeFlower())

@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from experiments.study_runs import read_rows
-from experiments.study_table import (bootstrap_interval, comparable_rows, curve_styles, dataset_table, mean_curves,
-                                     parts_table, study_table)
+from experiments.study_table import (
+    bootstrap_interval,
+    comparable_rows,
+    curve_styles,
+    dataset_table,
+    mean_curves,
+    parts_table,
+    study_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parent / "study_sample"
@@ -89,14 +96,16 @@ def test_a_seed_that_not_every_method_has_finished_is_left_out_of_the_tables_and
     assert {r["seed"] for r in kept} == {"0"} and len(kept) == len(seed_0)
     assert note == "Seed 0. Seed 1 is left out until every method has finished it (2 of 3 have: FedAvg, Centralized)."
     fedavg = next(line for line in text.splitlines() if line.startswith("| FedAvg"))
-    assert fedavg == next(line for line in dataset_table(seed_0, "synthetic-fundus", 100) if line.startswith("| FedAvg"))
+    table = dataset_table(seed_0, "synthetic-fundus", 100)
+    assert fedavg == next(line for line in table if line.startswith("| FedAvg"))
     assert "±" not in fedavg and fedavg.endswith("| 60 |")
     assert mean_curves(kept, "synthetic-fundus")["FedAvg"][-1][0] == 60  # seed 1's rounds 61-70 are not drawn
 
 
 def test_with_no_seed_finished_by_every_method_the_dataset_shows_the_note_and_no_table():
     rows = [r for r in read_rows(SAMPLE / "results.csv") if r["dataset"] == "synthetic-fundus"
-            and not (r["method"] == "fedsm" and r["seed"] == "1") and not (r["method"] == "fedavg" and r["seed"] == "0")]
+            and not (r["method"] == "fedsm" and r["seed"] == "1")
+            and not (r["method"] == "fedavg" and r["seed"] == "0")]
     text = study_table(rows, 100)
     assert "No seed has been finished by every method yet. Seed 0 is left out" in text
     assert "| FedAvg" not in text and "| method" not in text

@@ -6,12 +6,22 @@ import json
 from pathlib import Path
 
 import pytest
+from support.study_runs import fake_run_folder
 
 from experiments.compare import describe_chosen, load_chosen
-from fedsm_core.checkpoint import CHECKPOINT_FILE
-from test_compare import _run_folder
-from experiments.tune import (DEFAULT_GRID, STEPS, choose, load_trials, main, parse_grid, select_steps, sweep,
-                              validation_score, write_outputs)
+from experiments.tune import (
+    DEFAULT_GRID,
+    STEPS,
+    choose,
+    load_trials,
+    main,
+    parse_grid,
+    select_steps,
+    sweep,
+    validation_score,
+    write_outputs,
+)
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE
 
 
 def test_choose_takes_the_best_score_and_breaks_ties_toward_the_smaller_value():
@@ -107,7 +117,7 @@ def _fake_fedsm_extra_runs(monkeypatch, score) -> list[dict]:
         launched.append(dict(settings))
         config = {k: v for k, v in settings.items() if k != "resume-from"}
         total = settings["num-server-rounds"] + settings["extra-rounds"]
-        return _run_folder(runs, f"run-{len(launched)}", total, config, tested=True,
+        return fake_run_folder(runs, f"run-{len(launched)}", total, config, tested=True,
                            score=score(settings["extra-rounds"]))
 
     monkeypatch.setattr("experiments.compare.launch_run", fake_launch)

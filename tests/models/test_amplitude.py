@@ -7,7 +7,11 @@ import torch
 import torch.nn as nn
 
 from fedsm_core.models.amplitude import (
-    AmplitudeNormalization, AmplitudeNormalized, frozen_statistics, low_frequency_mask, replace_amplitude,
+    AmplitudeNormalization,
+    AmplitudeNormalized,
+    frozen_statistics,
+    low_frequency_mask,
+    replace_amplitude,
 )
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights

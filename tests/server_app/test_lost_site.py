@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from _server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
 from flwr.app import Error, Message, MessageType
+from support.server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
 
 from app_protocol import records
 from server_app.round_plan import RoundPlan
-from server_app.fedavg_strategy import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvgStrategy
 
 SUPERLINK_NODE_ID = 1  # the node id Flower's SuperLink puts on the error replies it writes itself
 NODE_UNAVAILABLE = "Error: Node Unavailable - The destination node failed to report a heartbeat"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from uuid import uuid4
 
 import numpy as np
-from _server_fakes import PIXELS, EvaluationLog, eval_metrics, reply, train_metrics, w
 from flwr.app import MessageType
+from support.server_fakes import PIXELS, EvaluationLog, eval_metrics, reply, train_metrics, w
 
 from app_protocol import records
-from server_app.round_plan import RoundPlan
 from server_app.discovery import SiteNode
-from server_app.fedavg_strategy import FedAvgStrategy
+from server_app.round_plan import RoundPlan
+from server_app.strategies.fedavg import FedAvgStrategy
 
 # node 100 serves site-a and site-c, node 101 site-b (2 simulated nodes, 3 sites)
 SHARED = [SiteNode(100, 0, "site-a", 10, 2, 2, PIXELS), SiteNode(101, 1, "site-b", 30, 2, 2, PIXELS),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from _server_fakes import reply
 from flwr.app import MessageType
+from support.server_fakes import reply
 
 from app_protocol import records
 from server_app.discovery import discover_sites

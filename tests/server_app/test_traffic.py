@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-from _server_fakes import error_reply, reply
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -17,6 +16,7 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
+from support.server_fakes import error_reply, reply
 
 from server_app.traffic import (
     RECEIVED,

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.training.local_update import Learner, TrainingHook, train_local, segmentation_batch
+from fedsm_core.training.local_update import Learner, TrainingHook, segmentation_batch, train_local
 
 
 class Scale(nn.Module):
@@ -164,7 +164,8 @@ def test_learner_step_uses_batch_fn_and_train_mode():
     model = Scale(1.0)
     model.eval()
     learner = Learner(
-        "sel", model, torch.optim.SGD(model.parameters(), lr=0.0), squared_error, batch_fn=lambda images, masks: (images, 3 * images)
+        "sel", model, torch.optim.SGD(model.parameters(), lr=0.0), squared_error,
+        batch_fn=lambda images, masks: (images, 3 * images),
     )
 
     # Execute

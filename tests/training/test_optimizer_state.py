@@ -41,7 +41,7 @@ def test_round_trip_reproduces_the_next_step_exactly():
     _step(resumed, resumed_optimizer, batches[2])
 
     # Assert
-    for (name, expected), (_, actual) in zip(reference.named_parameters(), resumed.named_parameters()):
+    for (name, expected), (_, actual) in zip(reference.named_parameters(), resumed.named_parameters(), strict=True):
         assert torch.equal(expected, actual), name
     after = adam_state_to_arrays(resumed, resumed_optimizer)
     for key, value in adam_state_to_arrays(reference, reference_optimizer).items():

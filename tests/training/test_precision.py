@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
-from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
+from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
@@ -137,7 +137,8 @@ def test_gradients_outside_the_optimizer_are_unscaled_too():
     optimizer = torch.optim.SGD([model.w], lr=0.0)
 
     # Execute
-    Learner("m", model, optimizer, squared_error).step(torch.ones(1), torch.zeros(1), StepPrecision("cpu", None, scaler))
+    precision = StepPrecision("cpu", None, scaler)
+    Learner("m", model, optimizer, squared_error).step(torch.ones(1), torch.zeros(1), precision)
 
     # Assert
     assert float(model.alpha.grad) == 24.0

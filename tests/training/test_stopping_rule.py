@@ -8,7 +8,13 @@ import pytest
 
 from fedsm_core.config import RunConfig
 from fedsm_core.training.stopping_rule import (
-    StoppingRule, gain_over_window, run_stopping_rule, stopping_round, stops_after, validation_curve)
+    StoppingRule,
+    gain_over_window,
+    run_stopping_rule,
+    stopping_round,
+    stops_after,
+    validation_curve,
+)
 
 RULE = StoppingRule(min_rounds=60, max_rounds=150, window=20, min_gain=0.002, check_every=10)
 

@@ -1,0 +1,1 @@
+"""The baselines FedSM is compared with: FedProx, SCAFFOLD, FedBN and HarmoFL."""

@@ -40,6 +40,7 @@ class ProximalTerm(TrainingHook):
         return 0.5 * self.mu * torch.stack(squared).sum()
 
 
-def proximal_gradient(weights: Mapping[str, np.ndarray], anchor: Mapping[str, np.ndarray], mu: float) -> dict[str, np.ndarray]:
+def proximal_gradient(weights: Mapping[str, np.ndarray], anchor: Mapping[str, np.ndarray],
+                      mu: float) -> dict[str, np.ndarray]:
     """The term's gradient ``mu * (w - w_global)``, for checks by hand."""
     return {name: mu * (np.asarray(weights[name]) - np.asarray(anchor[name])) for name in weights}

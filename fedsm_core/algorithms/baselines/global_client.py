@@ -11,14 +11,13 @@ import dataclasses
 
 import torch
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
-from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn, segmentation_hooks
 from fedsm_core.algorithms.baselines.scaffold import ScaffoldCorrection
+from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn, segmentation_hooks
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 

@@ -40,7 +40,8 @@ class ScaffoldCorrection(TrainingHook):
         if missing:
             raise ValueError(f"server and client control variates differ in {missing[:5]}")
         self.correction = {
-            name: torch.from_numpy(np.asarray(server_control[name], np.float32) - np.asarray(client_control[name], np.float32))
+            name: torch.from_numpy(np.asarray(server_control[name], np.float32)
+                                   - np.asarray(client_control[name], np.float32))
             for name in server_control
         }
         self.gradient_sums: dict[str, torch.Tensor] = {}

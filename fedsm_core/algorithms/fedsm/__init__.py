@@ -1,0 +1,1 @@
+"""FedSM: the global and personalized models, SoftPull, the model selector and the super model."""

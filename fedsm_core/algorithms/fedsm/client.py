@@ -8,7 +8,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
 from fedsm_core.algorithms.personalization.registry import personalization
@@ -17,12 +16,16 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style, restyled_batch
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import BatchFn, Learner, TrainingHook, segmentation_batch, train_on_split
 from fedsm_core.training.lr_schedule import LRSchedule
-from fedsm_core.training.optimizer_state import (adam_state_to_arrays, learners_state_to_arrays, load_adam_state,
-                                                 load_learners_state)
+from fedsm_core.training.optimizer_state import (
+    adam_state_to_arrays,
+    learners_state_to_arrays,
+    load_adam_state,
+    load_learners_state,
+)
 from fedsm_core.training.weight_perturbation import WeightPerturbation
 
 
@@ -170,7 +173,10 @@ def train_fedsm_client(
 
 def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num_sites: int,
                      settings: TrainSettings) -> Learner:
-    """The selector's learner at site ``k``: Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`."""
+    """The selector's learner at site ``k``.
+
+    Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`.
+    """
     optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
     load_adam_state(selector, optimizer, moments)
     style_generator = torch.Generator().manual_seed(settings.seed + 1)

@@ -129,7 +129,8 @@ class FedSM:
         """The models site ``site`` needs for one round of local training."""
         if site not in self.personalized:
             raise KeyError(f"unknown site '{site}'; known sites: {self.site_names}")
-        return FedSMPayload(self.global_weights, self.personalized[site], self.selector_weights, self.selector_optimizer)
+        return FedSMPayload(self.global_weights, self.personalized[site], self.selector_weights,
+                            self.selector_optimizer)
 
     def aggregate(self, updates: Mapping[str, FedSMUpdate], server_round: int = 1) -> None:
         """Fold round ``server_round``'s client updates into the super model."""

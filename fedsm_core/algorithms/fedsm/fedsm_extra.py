@@ -19,12 +19,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.fedsm.client import TrainSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss_per_image
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.local_update import Learner, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 

@@ -50,7 +50,7 @@ def choose_model_gammas(gains: Sequence[float], counts: Sequence[float], gammas:
     Parameters
     ----------
     gains, counts : sequence of float
-        ``K * G`` values, model by model (:func:`fedsm_core.evaluation.model_sweeps`,
+        ``K * G`` values, model by model (:func:`fedsm_core.evaluation.super_model_evaluation.model_sweeps`,
         summed over the sites): the Dice that routing model ``m``'s images
         above threshold ``g`` gains over the global model, and how many images that is.
     gammas : sequence of float
@@ -87,11 +87,12 @@ def describe_gamma(gamma: float | Sequence[float], site_names: Sequence[str]) ->
     return f"{gamma:.2f}"
 
 
-def select_gamma(rule: str, validation: Mapping[str, Mapping[str, object]], default: float) -> float | tuple[float, ...]:
+def select_gamma(rule: str, validation: Mapping[str, Mapping[str, object]],
+                 default: float) -> float | tuple[float, ...]:
     """The run's gamma from one validation round's per-site metrics, by ``gamma-selection`` rule.
 
     ``validation`` maps each site to its evaluation metrics with the sweeps
-    (:func:`fedsm_core.evaluation.evaluate_super_model`). ``fixed`` keeps
+    (:func:`fedsm_core.evaluation.super_model_evaluation.evaluate_super_model`). ``fixed`` keeps
     ``default``; ``validation`` is :func:`choose_gamma` on the pooled sweep,
     each site weighted by its images with foreground; ``per-model`` is
     :func:`choose_model_gammas` on the gains summed over sites (sites

@@ -59,5 +59,6 @@ class MissingModel(nn.Module):
         self.index = index
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Refuse: an image was routed to a model this site was not sent."""
         raise RuntimeError(f"personalized model {self.index} was not sent to this site, but an image was routed "
                            "to it; the server sends the models the site's route query named")

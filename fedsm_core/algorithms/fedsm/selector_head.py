@@ -33,9 +33,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.selector import Selector
+from fedsm_core.models.weights import Weights
 from fedsm_core.training.batches import iterate_batches
 
 STATISTICS_KEYS = ("count", "sum", "gram")

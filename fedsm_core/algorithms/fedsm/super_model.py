@@ -71,7 +71,8 @@ def route(selector_probs: torch.Tensor, gamma: Gamma) -> torch.Tensor:
     return torch.where(is_confident(confidence, threshold), site, torch.full_like(site, GLOBAL_ROUTE))
 
 
-def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_: torch.Tensor, gamma: float) -> torch.Tensor:
+def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_: torch.Tensor,
+                  gamma: float) -> torch.Tensor:
     """Per-image score of the super model from the scores of the two candidate models.
 
     Algorithm 2 sends an image to personalized model ``argmax(y_s)`` when

@@ -22,8 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fedsm_core.algorithms.knn_per.datastore import KNNDatastore
-from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.algorithms.knn_per.search import NeighbourIndex, knn_probabilities
+from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.metrics import ImageScores, dice_per_structure, has_foreground
 from fedsm_core.training.batches import iterate_batches
@@ -216,7 +216,7 @@ class KNNPer:
         -------
         dict[str, float]
             ``{name: Dice, "dice-global": Dice, "knn-lambda": lam, "num-images": N}``,
-            Dice as in :func:`fedsm_core.evaluation.evaluate_model` (over images with
+            Dice as in :func:`fedsm_core.evaluation.super_model_evaluation.evaluate_model` (over images with
             foreground; ``num-empty`` and ``empty-fp-*`` for the others).
         """
         personal, plain = ImageScores(), ImageScores()

@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 import torch.nn as nn
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.config import RunConfig
-from fedsm_core.models.weights import get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.local_update import Learner, LossFn
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]

@@ -30,9 +30,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from fedsm_core.models.weights import Weights
 from fedsm_core.algorithms.personalization.base import Batches, PersonalStart, PersonalTrainer
-from fedsm_core.models.weights import get_weights
+from fedsm_core.models.weights import Weights, get_weights
 from fedsm_core.training.local_update import Learner, LossFn
 from fedsm_core.training.precision import FP32, StepPrecision
 

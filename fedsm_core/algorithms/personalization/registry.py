@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from fedsm_core.models.weights import Weights
+from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.algorithms.personalization.apfl import start_apfl
 from fedsm_core.algorithms.personalization.base import (
     PersonalStart,
@@ -26,7 +26,7 @@ from fedsm_core.algorithms.personalization.base import (
 from fedsm_core.algorithms.personalization.ditto import start_ditto
 from fedsm_core.algorithms.personalization.perfedavg import start_perfedavg
 from fedsm_core.algorithms.personalization.pfedme import start_pfedme
-from fedsm_core.algorithms.fedsm.softpull import soft_pull
+from fedsm_core.models.weights import Weights
 
 ServerUpdate = Callable[[Mapping[str, Mapping[str, np.ndarray]], float], dict[str, Weights]]
 

@@ -9,8 +9,8 @@ from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, t
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.models.spec import ModelSpec
 from fedsm_core.losses import soft_dice_loss
+from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.local_update import Learner, train_on_split
 

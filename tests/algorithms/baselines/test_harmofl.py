@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from fedsm_core.algorithms.baselines.harmofl import (
-    AMPLITUDE, BATCHES, FROZEN, AmplitudeSchedule, corrected_amplitude, global_amplitude, with_fixed_amplitude,
+    AMPLITUDE,
+    BATCHES,
+    FROZEN,
+    AmplitudeSchedule,
+    corrected_amplitude,
+    global_amplitude,
+    with_fixed_amplitude,
 )
 
 

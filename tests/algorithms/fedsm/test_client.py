@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.client import TrainSettings, site_batch, train_fedsm_client
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from fedsm_core.algorithms.fedsm.gamma import (
-    GAMMA_GRID, choose_gamma, choose_model_gammas, describe_gamma, pool_sweeps, select_gamma,
+    GAMMA_GRID,
+    choose_gamma,
+    choose_model_gammas,
+    describe_gamma,
+    pool_sweeps,
+    select_gamma,
 )
 
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 from fedsm_core.algorithms.fedsm.needed_models import MissingModel, candidate_models, needed_models
 from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation import evaluate_super_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 

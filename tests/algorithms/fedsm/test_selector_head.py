@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.client import site_batch
+from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.selector_head import (
     HEAD_BIAS,
     HEAD_WEIGHT,
@@ -53,7 +53,7 @@ def test_lda_head_reduces_to_nearest_mean_with_full_shrinkage_and_isotropic_spre
     statistics = [_stats([[2, 0], [4, 0], [3, 1], [3, -1]]), _stats([[0, 3], [0, 5], [1, 4], [-1, 4]])]
     weight, bias = fit_selector_head(statistics, shrinkage=1.0)
     means = np.array([[3.0, 0.0], [0.0, 4.0]])
-    scale = np.trace(sum(s.gram - s.count * np.outer(m, m) for s, m in zip(statistics, means))) / 8 / 2
+    scale = np.trace(sum(s.gram - s.count * np.outer(m, m) for s, m in zip(statistics, means, strict=True))) / 8 / 2
     np.testing.assert_allclose(weight, means / scale)
     np.testing.assert_allclose(bias, -0.5 * (means**2).sum(axis=1) / scale)
 

@@ -18,7 +18,6 @@ from fedsm_core.algorithms.knn_per.knn_per import (
     evaluate_knn_per,
     find_segmentation_head,
 )
-from fedsm_core.algorithms.knn_per.settings import LAMBDA_GRID, KNNPerSettings
 from fedsm_core.algorithms.knn_per.search import (
     NeighbourIndex,
     faiss_available,
@@ -27,8 +26,9 @@ from fedsm_core.algorithms.knn_per.search import (
     resolve_backend,
     search_torch,
 )
+from fedsm_core.algorithms.knn_per.settings import LAMBDA_GRID, KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation import evaluate_model
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.models.spec import ModelSpec
 
 BACKENDS = ["torch", *(["faiss"] if faiss_available() else [])]

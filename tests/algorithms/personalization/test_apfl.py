@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.personal_models import linear, make_start
 
 from fedsm_core.algorithms.personalization.apfl import ALPHA_KEY, ParameterMixture, start_apfl
-from _personal_models import linear, make_start
 
 X = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
 Y = torch.tensor([[0.0]], dtype=torch.float64)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from support.personal_models import linear, make_start
 
-from _personal_models import linear, make_start
 from fedsm_core.algorithms.personalization.base import start_softpull
 from fedsm_core.algorithms.personalization.ditto import start_ditto
 from fedsm_core.training.local_update import train_local
@@ -43,7 +43,8 @@ def test_ditto_step_matches_hand_computation_and_anchors_on_the_received_global_
     trainer.learner.step(torch.tensor([[1.0, 1.0]], dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64))
 
     # Assert
-    # r = 2 + 0 + 0 - 0 = 2;  grad f = 2 r [1, 1 | 1] = [4, 4 | 4];  lambda (v - w) = 0.5 [1, 2 | -0.5] = [0.5, 1 | -0.25]
+    # r = 2 + 0 + 0 - 0 = 2;  grad f = 2 r [1, 1 | 1] = [4, 4 | 4]
+    # lambda (v - w) = 0.5 [1, 2 | -0.5] = [0.5, 1 | -0.25]
     # v <- [2, 0 | 0] - 0.1 [4.5, 5 | 3.75] = [1.55, -0.5 | -0.375]
     weights = trainer.deployed(list)
     np.testing.assert_allclose(weights["weight"], [[1.55, -0.5]])

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.personalization.base import PersonalizationSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss

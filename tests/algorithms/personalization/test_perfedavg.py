@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.personal_models import linear, make_start
 
-from _personal_models import linear, make_start
 from fedsm_core.algorithms.personalization.perfedavg import split_batch, start_perfedavg
 
 INPUTS = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
@@ -14,7 +14,8 @@ TARGETS = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
 
 
 def test_one_fo_maml_step_matches_hand_computation():
-    # Prepare: theta = [1, -2], b = 0.5; alpha = 0.1; outer SGD beta = 0.1; D = (x1 = [1, 0], y1 = 0), D' = (x2 = [0, 1], y2 = 1)
+    # Prepare: theta = [1, -2], b = 0.5; alpha = 0.1; outer SGD beta = 0.1
+    #          D = (x1 = [1, 0], y1 = 0), D' = (x2 = [0, 1], y2 = 1)
     global_model = linear([1.0, -2.0], 0.5)
     trainer = start_perfedavg(make_start(global_model, linear([5.0, 5.0], 5.0), lr=0.1, perfedavg_alpha=0.1))
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.personalization.registry import METHODS, keep_replies, personalization
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
+from fedsm_core.algorithms.personalization.registry import METHODS, keep_replies, personalization
 from fedsm_core.config import PERSONALIZATIONS
 
 SITES = ("a", "b", "c")

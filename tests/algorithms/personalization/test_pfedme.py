@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.personal_models import linear, make_start
 
-from _personal_models import linear, make_start
 from fedsm_core.algorithms.personalization.pfedme import MoreauEnvelope, start_pfedme
 
 

@@ -1,0 +1,1 @@
+"""The ``fedsm`` command, the settings check before a run, and simulation resources."""

@@ -1,0 +1,272 @@
+"""What every run-config key means, as a user reads it: the meaning column of ``docs/configuration.md``.
+
+Kept beside the page's generator; the keys, types, defaults and allowed values come
+from :class:`fedsm_core.config.RunConfig` itself.
+"""
+
+from __future__ import annotations
+
+MEANINGS: dict[str, str] = {
+    "num-server-rounds": (
+        "federated rounds"
+    ),
+    "strategy": (
+        "`fedsm`, `fedsm-extra`, `fedavg`, `fedprox`, `scaffold`, `harmofl` or `fedbn`"
+    ),
+    "dataset": (
+        "`synthetic-fundus`, `synthetic-prostate`, or the path of a federation spec (`*.toml`)"
+    ),
+    "held-out-site": (
+        "train without this site (leave-one-site-out studies)"
+    ),
+    "image-size": (
+        "side of the square input, a multiple of 32"
+    ),
+    "data-scale": (
+        "generated data: fraction of the paper's site sizes"
+    ),
+    "data-seed": (
+        "generated data: seed"
+    ),
+    "seed": (
+        "model initialisation and local shuffling"
+    ),
+    "encoder": (
+        "segmentation-models-pytorch encoder of the U-Net"
+    ),
+    "segmentation-norm": (
+        "U-Net normalization: `group` (GroupNorm, no running statistics), `batch`, or `auto`: batch for `fedbn`, "
+        "group otherwise; `fedbn` with `group` is refused (it would keep only affine parameters local, which is "
+        "not FedBN)"
+    ),
+    "batch-size": (
+        "local minibatch size"
+    ),
+    "local-epochs": (
+        "local passes over the training split per round"
+    ),
+    "max-local-steps": (
+        "cap on local minibatches per round (0: no cap)"
+    ),
+    "local-steps": (
+        "every site takes exactly this many minibatches per round, however many images it holds (0: `local-epochs` "
+        "passes; replaces `local-epochs` and `max-local-steps`)"
+    ),
+    "augmentation": (
+        "`none`, `flip` (random horizontal/vertical flips) or `affine` (flips, small affine warp, brightness/contrast)"
+    ),
+    "style-augmentation": (
+        "probability that a segmentation model trains on an image in a random other acquisition style (gamma, "
+        "contrast, brightness, colour gains, blur, noise: `fedsm_core/data/style.py`) instead of its own; "
+        "centralized training gets the same. FedSM's selector always sees the images as they are"
+    ),
+    "lr": (
+        "Adam learning rate of global and personalized U-Nets"
+    ),
+    "lr-schedule": (
+        "the learning rate over rounds: `constant` or `cosine` (from `lr` after the warm-up down to `lr * "
+        "lr-min-factor` in round `num-server-rounds`), for every model the sites train with `lr`; centralized "
+        "training follows the same curve over its passes (`fedsm_core/training/lr_schedule.py`)"
+    ),
+    "lr-warmup-rounds": (
+        "rounds of linear warm-up: round `r <= W` trains at `lr * r / (W + 1)`"
+    ),
+    "lr-min-factor": (
+        "the cosine's floor as a fraction of `lr`"
+    ),
+    "selector-lr": (
+        "Adam learning rate of the selector"
+    ),
+    "selector-width": (
+        "base width of the selector (VGG-11 uses 64)"
+    ),
+    "selector-negatives": (
+        "also train the selector on restyled copies of local images labelled \"any other site\""
+    ),
+    "selector-weighting": (
+        "average the selector and its moments per site (`equal`) or by `n_k / n` (`size`)"
+    ),
+    "selector-moments": (
+        "the selector's Adam moments: kept at each site and never sent (`local`), or averaged by the server and "
+        "sent every round (`averaged`)"
+    ),
+    "selector-head": (
+        "`fitted`: before every evaluation, set the selector's linear head from the sites' embedding statistics "
+        "(LDA); `trained`: keep the head federated training left"
+    ),
+    "selector-shrinkage": (
+        "weight of the scaled identity in the fitted head's covariance, in [0, 1]"
+    ),
+    "softpull-lambda": (
+        "SoftPull `lam`, in `[1/K, 1]`. The default is the value the reference study chose on validation for both "
+        "generated datasets (`experiments/results/reference/tune-synthetic-fundus*/chosen.json`: 0.99 against 0.5 "
+        "/ 0.7 / 0.9 / 0.95); on `drishti-six-site` it chose 0.5"
+    ),
+    "personalization": (
+        "how FedSM trains site k's personalized model: `softpull` (FedSM's own), `ft`, `apfl`, `ditto`, "
+        "`perfedavg`, `pfedme` (`fedsm_core/algorithms/personalization/`); methods other than `softpull` keep "
+        "personalized models local (no SoftPull; `softpull-lambda` unused) and need strategy `fedsm` or "
+        "`fedsm-extra`"
+    ),
+    "apfl-alpha": (
+        "APFL's initial mixing weight `alpha` of `alpha v + (1 - alpha) w`, in `[0, 1]`"
+    ),
+    "apfl-alpha-lr": (
+        "SGD step size of APFL's `alpha` update (0: `alpha` fixed)"
+    ),
+    "ditto-lambda": (
+        "Ditto's `lambda` of `lambda / 2 * ||v - w||^2`"
+    ),
+    "perfedavg-alpha": (
+        "Per-FedAvg's inner (adaptation) step size `alpha`"
+    ),
+    "perfedavg-steps": (
+        "Per-FedAvg's inner steps, in training and for the deployed model"
+    ),
+    "pfedme-lambda": (
+        "pFedMe's `lambda` (with `pfedme-eta * pfedme-lambda <= 1`)"
+    ),
+    "pfedme-k": (
+        "pFedMe's inner steps `K` per minibatch"
+    ),
+    "pfedme-eta": (
+        "pFedMe's local step size `eta` of `w_k <- w_k - eta * lambda * (w_k - theta_k)`"
+    ),
+    "extra-rounds": (
+        "FedSM-extra: selector rounds after the `num-server-rounds` model rounds"
+    ),
+    "amplitude-normalization": (
+        "HarmoFL's amplitude normalization in front of every U-Net (always on with `strategy = \"harmofl\"`)"
+    ),
+    "amplitude-decay": (
+        "`v` of each site's running average amplitude"
+    ),
+    "amplitude-window": (
+        "low-frequency window the layer replaces: 0 = whole spectrum, 1 = the DC term only, `w` = `|u|, |v| < w`"
+    ),
+    "amplitude-freeze-round": (
+        "after this round the server averages the sites' amplitudes into one and fixes it (0: never fixed, "
+        "averaged every round)"
+    ),
+    "weight-perturbation": (
+        "HarmoFL's weight perturbation in local training (always on with `strategy = \"harmofl\"`)"
+    ),
+    "perturbation-alpha": (
+        "radius `alpha` of the perturbation `alpha * g / ||g||`"
+    ),
+    "knn-per": (
+        "at the test evaluation, each site also scores kNN-Per on the global model"
+    ),
+    "knn-k": (
+        "kNN-Per: neighbours per pixel"
+    ),
+    "knn-kernel-scale": (
+        "kNN-Per: `scale` of the kernel `exp(-d^2 / (dim * scale))`"
+    ),
+    "knn-capacity": (
+        "kNN-Per: most pixels a site's datastore holds"
+    ),
+    "knn-pixels-per-image": (
+        "kNN-Per: pixels sampled from each training image"
+    ),
+    "proximal-mu": (
+        "FedProx's `mu` (used when `strategy = \"fedprox\"`)"
+    ),
+    "server-optimizer": (
+        "the server's step from the global model toward the sites' weighted average, for FedAvg, FedProx, SCAFFOLD "
+        "and HarmoFL: `none` (FedAvg: the average is the new model), `momentum` (FedAvgM), `adam` (FedAdam), "
+        "`yogi` (FedYogi); same formulas as Flower's `FedAvgM` / `FedAdam` / `FedYogi` (tested against them), "
+        "written once on weight dictionaries in `fedsm_core/algorithms/server_optimizer.py`; its moments are kept "
+        "in checkpoints. Applies to FedSM's global model too (not to its personalized models, which SoftPull "
+        "mixes, nor to its selector)"
+    ),
+    "server-lr": (
+        "the server learning rate `eta` (`momentum` with `server-lr = 1`, `server-momentum = 0` is FedAvg)"
+    ),
+    "server-momentum": (
+        "FedAvgM's momentum"
+    ),
+    "server-beta1": (
+        "FedAdam's and FedYogi's first-moment decay"
+    ),
+    "server-beta2": (
+        "FedAdam's and FedYogi's second-moment decay"
+    ),
+    "server-tau": (
+        "FedAdam's and FedYogi's adaptivity (added to the root of the second moment)"
+    ),
+    "step-normalization": (
+        "`fednova`: before the server's step, divide each site's update by the local steps it took (FedNova, Wang "
+        "et al. 2020; sites report `steps`, and a reply without a valid count is rejected), so sites that take "
+        "more steps per round no longer pull the model further by that alone; with equal steps it is FedAvg. Same "
+        "models as `server-optimizer` (FedSM's global model included)"
+    ),
+    "site-weighting": (
+        "how much each site's model counts in the average: `size` (`n_k / n`, FedAvg) or `equal` (`1 / K`: a site "
+        "of 12 images counts as much as one of 100, as the client average of the test Dice counts them). Same "
+        "models as `server-optimizer`; FedSM's selector has its own `selector-weighting`"
+    ),
+    "optimizer-state": (
+        "a site's Adam for each model it trains (the single model of FedAvg and its variants and FedBN; FedSM's "
+        "global copy, and its personalized model where that takes plain optimizer steps, as SoftPull and `ft` do): "
+        "`reset` starts a fresh Adam every round; `local` keeps each site's Adam state (moments and step count) on "
+        "the site's disk from one round to the next, never sent (`client_app/site_state.py`); `averaged` (FedAvg, "
+        "FedProx, SCAFFOLD, HarmoFL: the one model every site trains alike) sends each site's Adam state back with "
+        "its model, and every site starts the next round from their average, weighted as the model is "
+        "(`site-weighting`). FedSM's selector follows `selector-moments`"
+    ),
+    "gamma": (
+        "selector confidence threshold of Algorithm 2 (used as given with `gamma-selection = \"fixed\"`)"
+    ),
+    "gamma-selection": (
+        "how every validation round chooses gamma from 0, 0.05, ..., 1: `validation`, one for all (the best pooled "
+        "validation Dice of the super model); `per-model`, one per personalized model (the largest validation gain "
+        "over the global model); `fixed`, `gamma` as given. The last round's choice is used for the test split and "
+        "saved in the bundle"
+    ),
+    "eval-every": (
+        "validation every this many rounds (the last round always); a FedSM validation round sends the whole super "
+        "model (global, K personalized, selector) to every site, which costs about as much as a training round"
+    ),
+    "stop-window": (
+        "stopping rule (0: off, the run lasts `num-server-rounds`): end training once the best pooled validation "
+        "score (`dice-super` for FedSM, else `dice-global`) has gained less than `stop-min-gain` over this many "
+        "rounds; checked after rounds `stop-min-rounds + k * stop-check-every` that have a validation, then the "
+        "test runs at that round. Not with `fedsm-extra` (its selector rounds start at `num-server-rounds`)"
+    ),
+    "stop-min-gain": (
+        "the rule's smallest gain that counts (Dice in [0, 1]: 0.002 = 0.2 points)"
+    ),
+    "stop-min-rounds": (
+        "the rule ends no run before this round"
+    ),
+    "stop-check-every": (
+        "the rule is looked at every this many rounds from `stop-min-rounds` on"
+    ),
+    "output-dir": (
+        "parent folder of run folders (the run script passes an absolute path)"
+    ),
+    "device": (
+        "`auto` (CUDA when present), `cpu` or `cuda`; a node config `device` (e.g. `cuda:1`) wins for that node "
+        "(see Running on GPUs)"
+    ),
+    "precision": (
+        "local-training arithmetic: `auto` (bf16 on a CUDA GPU that supports it, else fp32), `fp32`, `bf16`, "
+        "`fp16` (with a gradient scaler)"
+    ),
+    "deterministic": (
+        "CUDA only: deterministic cuDNN algorithms instead of the fastest (`cudnn.benchmark`)"
+    ),
+    "torch-threads": (
+        "torch CPU threads per client (0: torch default)"
+    ),
+    "min-replies": (
+        "fewest valid replies a round needs; fewer stops the run (resume from its checkpoint)"
+    ),
+    "resume-from": (
+        "a `checkpoint.pt` to continue from"
+    ),
+    "round-timeout": (
+        "seconds to wait for replies in one round"
+    ),
+}

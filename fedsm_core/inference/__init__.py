@@ -1,0 +1,1 @@
+"""Applying a saved model to new images: ``fedsm predict``, its outputs, letterboxing."""

@@ -1,0 +1,211 @@
+"""Segment a folder of images with a model file of a run (``fedsm predict``).
+
+The file is a FedSM super-model bundle (``super_model.pt``) or a single model
+(``global_model.pt`` of FedAvg, FedProx, SCAFFOLD or HarmoFL, or one of
+FedBN's ``site_models/<site>.pt``). Each image (any size) is resized to the
+file's input size with its aspect ratio kept (longer side to the model's
+size, the shorter padded: see :mod:`fedsm_core.inference.letterbox`) and normalised as
+in training, then segmented: by a bundle's routed model (Algorithm 2, the
+bundle's gamma unless another is given), or by the single model. The model's
+probabilities are cropped to the image, resized bilinearly to the image's own
+size and thresholded at 0.5 there, and written as one grey PNG per image. A
+``predictions.csv`` lists per image the model that segmented it, the
+selector's confidence and its most likely site; a single model has no
+selector, so its rows say ``global`` and leave the selector's columns empty.
+The output folder is checked first (:mod:`fedsm_core.inference.predict_output`): input
+images and earlier results are never overwritten unasked.
+
+Mask values: structure ``k`` of ``K`` (file order, 1-based) is drawn with
+grey value ``round(255 * k / K)``, later structures over earlier ones, on a
+background of 0. One structure gives 0/255; disc and cup give 0 / 128 / 255.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
+from fedsm_core.data.files import IMAGE_SUFFIXES, DataError, read_image
+from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING, normalize_image, to_channels_first
+from fedsm_core.inference.letterbox import letterbox_for, letterbox_image, restore_probabilities
+from fedsm_core.inference.predict_output import CSV_COLUMNS, mask_name, prepare_output_folder, write_outputs
+from fedsm_core.run_files.bundle import bundle_from_payload
+from fedsm_core.run_files.model_files import (
+    BUNDLE_FORMAT,
+    GLOBAL_MODEL_FORMAT,
+    global_model_from_payload,
+    read_model_file,
+)
+
+__all__ = ["CSV_COLUMNS", "Predictor", "encode_mask", "list_input_images", "predict_folder", "prepare_input",
+           "segment_batch"]
+GLOBAL_MODEL_NAME = "global"  # the "model" column of images the global (or single) model segmented
+
+# Logits [B, K, S, S] of a batch and, per image, the values of the last three CSV columns.
+Router = Callable[[torch.Tensor], tuple[torch.Tensor, list[dict[str, str]]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictor:
+    """A loaded model file: how it segments a batch and what input it expects."""
+
+    route: Router
+    image_size: int
+    preprocessing: str
+
+
+def _unit(image: np.ndarray) -> np.ndarray:
+    return np.clip(image / 255.0, 0.0, 1.0)
+
+
+NORMALIZERS = {"percentile": normalize_image, "unit": _unit}
+
+
+def prepare_input(image: np.ndarray, size: int, preprocessing: str) -> np.ndarray:
+    """``uint8 [H, W, 3]`` into the model's ``float32 [3, size, size]`` input, aspect ratio kept.
+
+    The image is resized so that its longer side is ``size``, normalised
+    (``preprocessing``: ``unit`` divides by 255, ``percentile`` stretches the
+    image's own percentiles) and padded with 0 to a square
+    (:func:`fedsm_core.inference.letterbox.letterbox_image`).
+    """
+    if preprocessing not in NORMALIZERS:
+        raise ValueError(f"preprocessing '{preprocessing}' is unknown; expected 'unit' or 'percentile'")
+    box = letterbox_for(image.shape[0], image.shape[1], size)
+    return to_channels_first(letterbox_image(image, box, NORMALIZERS[preprocessing])).astype(np.float32)
+
+
+def encode_mask(binary: np.ndarray) -> np.ndarray:
+    """``bool [K, H, W]`` into a grey ``uint8 [H, W]`` label image (see the module docstring)."""
+    count = binary.shape[0]
+    out = np.zeros(binary.shape[1:], dtype=np.uint8)
+    for k in range(count):
+        out[binary[k]] = round(255 * (k + 1) / count)
+    return out
+
+
+def list_input_images(folder: Path) -> list[Path]:
+    """Image files of ``folder`` sorted by name; an error when there are none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"--images {folder} is not a folder")
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+    if not files:
+        raise DataError(f"--images {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)})")
+    stems = [p.stem for p in files]
+    clashes = sorted({p.name for p in files if stems.count(p.stem) > 1})
+    if clashes:
+        raise DataError(f"--images {folder}: {clashes} share a name; their masks would overwrite each other")
+    return files
+
+
+def _route_super_model(model: SuperModel, site_names: Sequence[str],
+                       inputs: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, str]]]:
+    logits, routes, probs = model.forward_with_routes(inputs)
+    sites = site_names if not model.selector_includes_global else (GLOBAL_MODEL_NAME, *site_names)
+    columns = [{"model": GLOBAL_MODEL_NAME if route == GLOBAL_ROUTE else site_names[route],
+                "selector-confidence": f"{float(p.max()):.4f}", "most-likely-site": sites[int(p.argmax())]}
+               for route, p in zip(routes.tolist(), probs.cpu(), strict=True)]
+    return logits, columns
+
+
+def _route_single_model(model: torch.nn.Module, inputs: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, str]]]:
+    # No selector ran: the table keeps its columns, with the selector's left empty.
+    columns = [{"model": GLOBAL_MODEL_NAME, "selector-confidence": "", "most-likely-site": ""}] * len(inputs)
+    return model(inputs), columns
+
+
+def _super_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None,
+                           device: torch.device | str) -> Predictor:
+    model, info = bundle_from_payload(payload, path, device)
+    if gamma is not None:
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"--gamma {gamma} must be in [0, 1]")
+        model.gamma = float(gamma)
+    preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
+    return Predictor(functools.partial(_route_super_model, model, info.site_names), info.image_size, preprocessing)
+
+
+def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None,
+                            device: torch.device | str) -> Predictor:
+    if gamma is not None:
+        raise ValueError(f"--gamma {gamma}: gamma applies to super models only, and '{path}' holds a single "
+                         f"model ({GLOBAL_MODEL_FORMAT}) that segments every image; drop --gamma")
+    model, info = global_model_from_payload(payload, path, device)
+    # Files saved before runs recorded their preprocessing get the default, as bundles do.
+    preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
+    return Predictor(functools.partial(_route_single_model, model), info.image_size, preprocessing)
+
+
+PREDICTORS: dict[str, Callable[[dict[str, Any], Path, float | None, torch.device | str], Predictor]] = {
+    BUNDLE_FORMAT: _super_model_predictor,
+    GLOBAL_MODEL_FORMAT: _global_model_predictor,
+}
+
+
+@torch.no_grad()
+def segment_batch(predictor: Predictor, batch: list[tuple[Path, np.ndarray]], device: torch.device) -> list[dict]:
+    """Masks of a batch of ``(path, uint8 [H, W, 3])`` at each image's own size, with the route columns."""
+    inputs = np.stack([prepare_input(img, predictor.image_size, predictor.preprocessing) for _, img in batch])
+    logits, columns = predictor.route(torch.from_numpy(inputs).to(device))
+    probabilities = torch.sigmoid(logits.float()).cpu()
+    rows = []
+    for (path, image), probs, route in zip(batch, probabilities, columns, strict=True):
+        height, width = image.shape[:2]
+        box = letterbox_for(height, width, predictor.image_size)
+        binary = (restore_probabilities(probs, box) > 0.5).numpy()
+        rows.append({"path": path, "mask": encode_mask(binary), "width": width, "height": height, **route})
+    return rows
+
+
+def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | None = None,
+                   device: torch.device | str = "cpu", batch_size: int = 8,
+                   overwrite: bool = False) -> tuple[Path, list[str]]:
+    """Write one mask PNG per image of ``images`` and ``predictions.csv`` into ``out``.
+
+    Parameters
+    ----------
+    model_file : Path
+        A super-model bundle or a single-model file (see the module docstring).
+    gamma : float or None
+        A bundle's selector threshold instead of its own; an error with a
+        single model, which has no selector.
+    batch_size : int
+        Images per forward pass, at least 1.
+    overwrite : bool
+        Replace the results of an earlier run in ``out`` (see
+        :func:`fedsm_core.inference.predict_output.prepare_output_folder`).
+
+    Returns
+    -------
+    (Path, list of str)
+        The CSV path and one message per image that could not be read (those
+        images are listed, not silently dropped; the others are written).
+    """
+    if batch_size < 1:
+        raise ValueError(f"--batch-size {batch_size} must be at least 1")
+    payload = read_model_file(model_file, tuple(PREDICTORS), "FedSM bundle or global model")
+    predictor = PREDICTORS[payload["format"]](payload, Path(model_file), gamma, device)
+    files = list_input_images(images)
+    out = Path(out)
+    prepare_output_folder(Path(images), out, [mask_name(path) for path in files], overwrite)
+    failures: list[str] = []
+    rows: list[dict] = []
+    for start in range(0, len(files), batch_size):
+        batch = []
+        for path in files[start:start + batch_size]:
+            try:
+                batch.append((path, read_image(path, "RGB")))
+            except DataError as error:
+                failures.append(str(error))
+        if batch:
+            rows += segment_batch(predictor, batch, torch.device(device))
+    return write_outputs(rows, out), failures

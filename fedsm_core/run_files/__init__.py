@@ -1,0 +1,1 @@
+"""What a run leaves on disk: run outputs (metrics, summary), checkpoints, model files and bundles."""

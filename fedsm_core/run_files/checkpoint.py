@@ -1,0 +1,126 @@
+"""Server checkpoints: the full strategy state after a round, to resume a run.
+
+A checkpoint is a ``torch.save`` dictionary of plain values and tensors
+(loadable with ``weights_only=True``), written atomically (temporary file,
+then rename), so a crash while writing leaves the previous checkpoint
+intact. It holds the round number, the run config, the site list, the
+strategy's state (models, personalized models, selector and its moments,
+Scaffold's server control variate, gamma, the missed-round log) and the
+metrics logged so far. Client seeds are derived from the run's ``seed`` and
+the round number, so a resumed round trains exactly as the uninterrupted
+run would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsm_core.methods import METHODS
+from fedsm_core.run_files.bundle import write_atomically
+
+CHECKPOINT_FORMAT = "fedsm-checkpoint/1"
+CHECKPOINT_FILE = "checkpoint.pt"
+# Keys that may differ between the interrupted run and the resumed one.
+RESUMABLE_CHANGES = frozenset({
+    "num-server-rounds", "resume-from", "output-dir", "round-timeout", "device", "torch-threads", "min-replies",
+    # the stopping rule decides when training ends, not what a round does
+    "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every",
+})
+
+
+def to_storable(value: Any) -> Any:
+    """NumPy arrays and scalars (also inside dicts, lists and tuples) into tensors for ``torch.save``.
+
+    A scalar too: batch norm's ``num_batches_tracked`` comes back from aggregation as
+    ``np.int64``, which ``torch.load(weights_only=True)`` refuses to read.
+    """
+    if isinstance(value, (np.ndarray, np.generic)):
+        return torch.from_numpy(np.array(value, copy=True))
+    if isinstance(value, Mapping):
+        return {str(k): to_storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_storable(v) for v in value]
+    return value
+
+
+def from_storable(value: Any) -> Any:
+    """Inverse of :func:`to_storable`: tensors back into NumPy arrays (tuples come back as lists)."""
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, Mapping):
+        return {k: from_storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_storable(v) for v in value]
+    return value
+
+
+def save_checkpoint(path: str | Path, server_round: int, run_config: Mapping[str, Any], sites: Sequence[str],
+                    strategy: str, state: Mapping[str, Any], metrics: Sequence[Sequence[Any]]) -> Path:
+    """Write a checkpoint atomically; returns its path."""
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "round": int(server_round),
+        "run-config": dict(run_config),
+        "sites": list(sites),
+        "strategy": strategy,
+        "state": to_storable(state),
+        "metrics": [list(row) for row in metrics],
+    }
+    return write_atomically(path, payload)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint` (state as NumPy arrays).
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        When the file is not a readable checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"resume-from = '{path}': no such checkpoint; every run writes "
+                                f"<run folder>/{CHECKPOINT_FILE} after each round")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for damaged files
+        raise ValueError(f"resume-from = '{path}' is not a readable checkpoint ({type(error).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"resume-from = '{path}' is not a FedSM checkpoint (expected format {CHECKPOINT_FORMAT})")
+    payload["state"] = from_storable(payload["state"])
+    return payload
+
+
+def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any], sites: Sequence[str],
+                    total_rounds: int, path: str | Path) -> None:
+    """Refuse to resume a checkpoint into a run it did not come from.
+
+    Raises
+    ------
+    ValueError
+        When a run-config key outside :data:`RESUMABLE_CHANGES` differs, the
+        sites differ, or the checkpoint already reached ``total_rounds``.
+    """
+    saved = checkpoint["run-config"]
+    allowed = set(RESUMABLE_CHANGES)
+    if str(run_config.get("strategy")) in METHODS and METHODS[str(run_config.get("strategy"))].extra_selector:
+        # num-server-rounds is where FedSM-extra switches from models to the selector: only extend the extra rounds.
+        allowed = (allowed - {"num-server-rounds"}) | {"extra-rounds"}
+    changed = sorted(k for k in set(saved) | set(run_config) if k not in allowed and saved.get(k) != run_config.get(k))
+    if changed:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {run_config.get(k)!r}" for k in changed)
+        raise ValueError(f"resume-from = '{path}': the run config differs from the checkpoint's in {details}; "
+                         f"only {sorted(allowed)} may change when resuming")
+    if list(checkpoint["sites"]) != list(sites):
+        raise ValueError(f"resume-from = '{path}': checkpoint sites {checkpoint['sites']} differ from this "
+                         f"federation's {list(sites)}")
+    if checkpoint["round"] >= total_rounds:
+        raise ValueError(f"resume-from = '{path}': the checkpoint is from round {checkpoint['round']} of a run of "
+                         f"{total_rounds} rounds; raise num-server-rounds to continue")

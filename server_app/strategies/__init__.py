@@ -1,0 +1,1 @@
+"""The server's strategies, one per file, as Flower's own ``flwr/serverapp/strategy/``."""

@@ -1,0 +1,146 @@
+"""Build the strategy named by ``strategy`` in the run config, and what it saves at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from fedsm_core.algorithms.baselines.fedbn import local_entries
+from fedsm_core.algorithms.baselines.scaffold import zero_controls
+from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
+from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import DatasetInfo
+from fedsm_core.methods import METHODS, MODEL_FILES, Method
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import get_weights
+from fedsm_core.run_files.bundle import SELECTOR_INCLUDES_GLOBAL, BundleInfo, save_bundle, save_global_model
+from fedsm_core.training.optimizer_state import fresh_adam_state
+from server_app.discovery import SiteNode
+from server_app.round_plan import RoundPlan, round_plan
+from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
+from server_app.strategies.fedbn import FedBNStrategy
+from server_app.strategies.fedsm import FedSMStrategy
+from server_app.strategies.fedsm_extra import FedSMExtraStrategy
+from server_app.strategies.site_strategy import EvaluationSink, SiteStrategy
+
+SITE_MODELS_FOLDER = MODEL_FILES["site-models"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything a strategy builder needs."""
+
+    config: RunConfig
+    info: DatasetInfo
+    spec: ModelSpec
+    nodes: Sequence[SiteNode]
+    on_evaluate: EvaluationSink
+    state_key: str = ""
+
+    @property
+    def plan(self) -> RoundPlan:
+        """The run's round plan (:func:`server_app.strategies.site_strategy.round_plan`)."""
+        return round_plan(self.config, self.state_key)
+
+    @property
+    def method(self) -> Method:
+        """The run's row of the table of methods."""
+        return METHODS[self.config.strategy]
+
+    def model_path(self, folder: Path) -> Path:
+        """Where the run's deployed model goes in ``folder`` (the table's model file)."""
+        return folder / self.method.model_file
+
+    def extra(self, rounds: int, **more: object) -> dict[str, object]:
+        """What every saved model records about its run (``rounds``: those it trained, the stopping rule included)."""
+        return {"dataset": self.config.dataset, "rounds": rounds, "preprocessing": self.info.preprocessing, **more}
+
+
+Saver = Callable[[Path], Path]
+
+
+def _initial_model(setup: Setup) -> torch.nn.Module:
+    torch.manual_seed(setup.config.seed)
+    return setup.spec.build_segmentation()
+
+
+def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedSM, or FedSM-extra when the method trains its selector in extra rounds."""
+    config, info = setup.config, setup.info
+    pixels = [node.pixels for node in setup.nodes]
+    if setup.method.extra_selector:
+        fedsm, extra_selector = initial_fedsm(config, setup.spec, info.site_names, pixels, extra_spec(setup.spec))
+        strategy: FedSMStrategy = FedSMExtraStrategy(fedsm, extra_selector, config.num_server_rounds, setup.nodes,
+                                                     setup.plan, setup.on_evaluate)
+    else:
+        fedsm, _ = initial_fedsm(config, setup.spec, info.site_names, pixels)
+        shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
+        strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
+                                 gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
+
+    def save(folder: Path) -> Path:
+        extra = setup.extra(strategy.num_rounds, **{"softpull-lambda": config.softpull_lambda,
+                                                     "held-out-site": config.held_out_site,
+                                                     "personalization": config.personalization})
+        selector = fedsm.selector_weights
+        gamma = strategy.gamma
+        if isinstance(strategy, FedSMExtraStrategy):
+            extra[SELECTOR_INCLUDES_GLOBAL], selector, gamma = True, strategy.extra_selector, 0.0
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, gamma, config.image_size, extra)
+        personalized = [fedsm.personalized[name] for name in info.site_names]
+        return save_bundle(setup.model_path(folder), bundle_info, fedsm.global_weights, personalized, selector)
+
+    return strategy, save
+
+
+def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedAvg and its variants (FedProx and HarmoFL differ at the sites; SCAFFOLD adds control variates)."""
+    config = setup.config
+    model = _initial_model(setup)
+    common = (get_weights(model), setup.nodes, setup.plan, setup.on_evaluate)
+    server = {"server_optimizer": ServerOptimizerSettings.from_run_config(config),
+              "optimizer_state": fresh_adam_state(model) if config.optimizer_state == "averaged" else None}
+    if setup.method.control_variates:
+        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common, **server)
+    else:
+        strategy = FedAvgStrategy(*common, name=setup.method.display, **server)
+
+    def save(folder: Path) -> Path:
+        return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,
+                                 strategy.global_weights, setup.extra(strategy.num_rounds, strategy=config.strategy))
+
+    return strategy, save
+
+
+def _build_site_models(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedBN: every site keeps its normalization layers."""
+    config = setup.config
+    model = _initial_model(setup)
+    strategy = FedBNStrategy(get_weights(model), local_entries(model), setup.nodes, setup.plan, setup.on_evaluate)
+
+    def save(folder: Path) -> Path:
+        # No single model serves every site: each site's file holds its own normalization layers.
+        for site in setup.info.site_names:
+            save_global_model(setup.model_path(folder) / f"{site}.pt", setup.spec, setup.info.structures,
+                              config.image_size, strategy.model_of(site),
+                              setup.extra(strategy.num_rounds, strategy=config.strategy, site=site))
+        return setup.model_path(folder)
+
+    return strategy, save
+
+
+BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
+    "fedsm": _build_fedsm,
+    "global": _build_single_model,
+    "site-models": _build_site_models,
+}
+
+
+def build_strategy(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """The strategy of the run's method (by its family in the table of methods) and a function that saves its model."""
+    return BUILDERS[setup.method.family](setup)

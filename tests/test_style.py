@@ -1,0 +1,18 @@
+"""The style a tool can check: ``ruff check`` with the rules in ``pyproject.toml`` finds nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_finds_nothing_in_the_project():
+    # Execute: the rules and their exceptions are [tool.ruff] in pyproject.toml
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+    # Assert
+    assert result.returncode == 0, f"ruff check found problems (fix them or run ruff check --fix):\n{result.stdout}"
