@@ -9,7 +9,7 @@ initialisation, per-(round, site) seeds
 schedule (every ``eval-every`` rounds and the last), gamma chosen on validation
 and final test evaluation. What is left out is exactly what Flower adds:
 messages, serialization, the SuperLink, Ray workers and process start-up. It is
-the baseline of the framework-overhead benchmark (:mod:`experiments.bench`).
+the baseline of the framework-overhead benchmark (:mod:`experiments.bench.run_bench`).
 """
 
 from __future__ import annotations

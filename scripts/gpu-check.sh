@@ -10,7 +10,7 @@
 #        second, peak GPU memory per worker, and the share of time the GPU was busy during the
 #        training exchanges (target: at least 60 % on one H100/H200-class GPU);
 #     3. one FedSM round on the CPU and on the GPU from the same seeds in fp32, the updates
-#        compared per model within the tolerance stated in experiments/device_agreement.py.
+#        compared per model within the tolerance stated in experiments/bench/device_agreement.py.
 #   Results: $GPU_CHECK_OUT/report.md and results.json (default results/gpu-check).
 # Environment: GPU_CHECK_OUT; CLIENT_GPUS, RAY_CPUS, CLIENT_CPUS as for run-simulation.sh.
 # Exits 1 when a test fails, a part fails, or the CPU and GPU rounds disagree.
@@ -30,4 +30,4 @@ tests_status=0
 python -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log" || tests_status=$?
 summary="$(tail -n 1 "$out/gpu-tests.log")"
 
-python -m experiments.gpu_check --out "$out" --tests-status "$tests_status" --tests-summary "$summary"
+python -m experiments.gpu.check --out "$out" --tests-status "$tests_status" --tests-summary "$summary"

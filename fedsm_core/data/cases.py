@@ -4,7 +4,7 @@ A ProstateSlice site stores one PNG per MR slice, named ``<case>_<slice>``
 (``00_01``, ``00_02``, ...). Neighbouring slices of one patient are nearly the
 same image, so a split by slice puts the same patient on both sides and
 validation Dice, which chooses gamma, the kNN-Per lambda and the settings of
-``experiments.tune``, measures memory instead of generalization. Splits
+``experiments.paper.tune``, measures memory instead of generalization. Splits
 therefore draw whole cases.
 
 The case of a file is the first group of a regular expression that must match

@@ -9,7 +9,7 @@ than ``min-gain`` over the ``window`` rounds before ``r``:
 
 where ``D(t)`` is the score at an evaluated round ``t`` (validation may run
 only every few rounds). The ServerApp applies it during a run (``stop-window``
-and the other ``stop-*`` keys); ``experiments.study`` gives every run of a
+and the other ``stop-*`` keys); ``experiments.study.run_plan`` gives every run of a
 study the same rule. Checking only at ``min-rounds + k * check-every`` makes the
 stopping round the same whether a run goes on in one piece or is resumed from
 its checkpoint at those rounds.

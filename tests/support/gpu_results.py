@@ -1,8 +1,8 @@
-"""Made-up results of experiments.gpu_check, shared by its tests (no GPU involved)."""
+"""Made-up results of experiments.gpu.check, shared by its tests (no GPU involved)."""
 
 FAKE = {
     "environment": {"gpus": ["Fake GPU 80GB"], "torch": "2.x", "cuda": "12.x", "cudnn": 90000},
-    "command": "python -m experiments.gpu_check --out x",
+    "command": "python -m experiments.gpu.check --out x",
     "tests": {"status": 0, "summary": "7 passed in 3.0s"},
     "simulation": {
         "overrides": "image-size=256", "client-gpu-share": 0.1666, "round-seconds": [20.0, 10.0, 12.5],

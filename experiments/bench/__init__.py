@@ -1,0 +1,1 @@
+"""Speed, memory and traffic benchmarks of a run, and their report."""

@@ -1,0 +1,1 @@
+"""The GPU check: what a lent GPU machine runs, samples and reports."""

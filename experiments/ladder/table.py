@@ -1,0 +1,113 @@
+r"""The ladder's table, from its CSV alone.
+
+Usage::
+
+    python -m experiments.ladder.table --csv experiments/results/ladder/results.csv \
+        --out experiments/results/ladder/table.md
+
+One section per dataset; one row per (method, rung, model), means over the
+seeds every row of the dataset has finished: client-average and pooled test
+Dice, the pooled validation Dice at five evenly spaced evaluated rounds, and the
+rounds (centralized: passes) to reach centralized's best validation Dice minus
+one point (``TARGET_DROP``) on that seed, averaged over the seeds that reach it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+TARGET_DROP = 0.01
+POOLED = "pooled"
+RUNG_ORDER = {"pooled": 0, "one-site": 1, "iid": 2, "real": 3}
+Key = tuple[str, str, str]  # method, rung, model
+
+
+def read_cells(csv_path: Path) -> dict[str, dict[int, dict[Key, dict[str, object]]]]:
+    """``dataset -> seed -> (method, rung, model) -> {"curve": [(round, dice)], "test": {site: dice}}``."""
+    cells: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+    with csv_path.open() as handle:
+        for row in csv.DictReader(handle):
+            if row["kind"] == "seconds":
+                continue
+            kind, _, model = row["kind"].partition("-")
+            key = (row["method"], row["rung"], model or "global")
+            cell = cells[row["dataset"]][int(row["seed"])].setdefault(key, {"curve": [], "test": {}})
+            if kind == "val":
+                cell["curve"].append((int(row["round"]), float(row["value"])))
+            else:
+                cell["test"][row["site"]] = float(row["value"])
+    return cells
+
+
+def rounds_to(curve: list[tuple[int, float]], target: float) -> int | None:
+    """The first evaluated round whose validation Dice reaches ``target``; None if none does."""
+    return next((r for r, dice in sorted(curve) if dice >= target), None)
+
+
+def _at(curve: list[tuple[int, float]], server_round: int) -> float:
+    values = dict(curve)
+    return values.get(server_round, float("nan"))
+
+
+def _mean(values: list[float]) -> str:
+    kept = [v for v in values if not np.isnan(v)]
+    return f"{np.mean(kept):.4f}" if kept else "-"
+
+
+def section(dataset: str, by_seed: dict[int, dict[Key, dict]]) -> list[str]:
+    """The markdown section of one dataset."""
+    keys = set.intersection(*(set(cells) for cells in by_seed.values()))
+    seeds = sorted(s for s, cells in by_seed.items() if ("centralized", "pooled", "global") in cells)
+    if not seeds:
+        return [f"## {dataset}", "", "Centralized has not finished on any seed yet.", ""]
+    last = max(r for cells in by_seed.values() for cell in cells.values() for r, _ in cell["curve"])
+    marks = [round(last * i / 5) for i in range(1, 6)]
+    lines = [f"## {dataset}", "", f"Seeds {', '.join(map(str, seeds))}.", "",
+             "| method | rung | model | client-average test | pooled test | "
+             + " | ".join(f"val @{m}" for m in marks) + " | rounds to target |",
+             "|---|---|---|---|---|" + "---|" * len(marks) + "---|"]
+    for key in sorted(keys, key=lambda k: (k[0] != "centralized", k[0], RUNG_ORDER.get(k[1], 9), k[2])):
+        cells = [by_seed[s][key] for s in seeds if key in by_seed[s]]
+        targets = [max(d for _, d in by_seed[s][("centralized", "pooled", "global")]["curve"]) - TARGET_DROP
+                   for s in seeds if key in by_seed[s]]
+        reached = [rounds_to(c["curve"], t) for c, t in zip(cells, targets, strict=True)]
+        hits = [r for r in reached if r is not None]
+        to_target = f"{np.mean(hits):.0f}" + (f" ({len(hits)} of {len(reached)} seeds)" if len(hits) < len(reached)
+                                              else "") if hits else "not reached"
+        client = [np.mean([d for site, d in c["test"].items() if site != POOLED]) for c in cells]
+        lines.append(f"| {' | '.join(key)} | {_mean(client)} | {_mean([c['test'][POOLED] for c in cells])} | "
+                     + " | ".join(_mean([_at(c["curve"], m) for c in cells]) for m in marks) + f" | {to_target} |")
+    return [*lines, "", f"Target: centralized's best pooled validation Dice minus {TARGET_DROP * 100:.0f} point, "
+            "on each seed.", ""]
+
+
+def write_table(csv_path: Path, out: Path) -> None:
+    """Write ``table.md`` from the CSV."""
+    cells = read_cells(csv_path)
+    lines = ["# The generalization-gap ladder", "",
+             "Client-average and pooled test Dice, pooled validation Dice at evaluated rounds, and rounds to "
+             "reach centralized's best validation Dice minus one point. Made by `python -m "
+             "experiments.ladder.table` from `results.csv`.", ""]
+    for dataset in cells:
+        lines += section(dataset, cells[dataset])
+    out.write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the ladder's table from its CSV."""
+    parser = argparse.ArgumentParser(description="The ladder's table from its CSV")
+    parser.add_argument("--csv", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    write_table(args.csv, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

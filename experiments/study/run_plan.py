@@ -1,0 +1,239 @@
+"""Resumable study: every (dataset, seed, method) of a plan, trained to convergence, tabulated after every run.
+
+Usage::
+
+    python -m experiments.study.run_plan --plan experiments/plans/reference.toml --out experiments/results/reference
+
+Run the same command again to continue: finished runs are read, not rerun
+(:mod:`experiments.study.runs` keys each run by dataset, method, seed and a
+hash of its settings), and a run that was interrupted continues from the
+newest checkpoint of its run folders (``resume-from``). A study can so span
+several sittings and machines: a run whose rows ``--out/results.csv`` already
+holds (matched by its hash) counts as finished without its run folder, so a
+clone with the committed CSV continues where the last sitting stopped; copy
+``--out/runs/`` along to also continue the interrupted run from its checkpoint.
+``--datasets`` runs only some of the plan's datasets (the others' finished
+runs stay in the table).
+
+Federated methods run with :func:`experiments.runner.launch_run` (one
+``flwr run`` through ``scripts/run-simulation.sh``, more only when one is
+interrupted), which stops itself by the plan's rule
+(:class:`fedsm_core.training.stopping_rule.StoppingRule`, passed as the ``stop-*`` keys).
+``centralized`` trains in this process with :func:`experiments.runner.run_pooled`
+for as many passes over the data as the run it takes its rounds from
+(``rounds-from``; without one, ``max-rounds``); it is not checkpointed, so an interrupted one starts over.
+Each seed sets both ``seed`` and ``data-seed``, so seeds differ in their test
+images wherever the dataset's split depends on ``data-seed``.
+
+A bar on stderr counts runs done and left, with the time the rest should take
+(:func:`experiments.progress.over_runs`). Writes to ``--out`` after every run: ``results.csv`` (long format,
+:data:`experiments.study.runs.ROW_COLUMNS`), ``table.md`` and ``curves.png``
+(:mod:`experiments.study.table`); at the start of every sitting
+``commands.md`` (the commands, package versions and a log of sittings).
+Run folders go to ``--out/runs/`` (ignored by git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from experiments.progress import over_runs
+from experiments.runner import ROOT, launch_run, run_pooled
+from experiments.study.plan import StudyPlan, load_plan
+from experiments.study.runs import (
+    ROWS_FILE,
+    Launch,
+    RunKey,
+    chunk_seconds,
+    federated_rows,
+    read_rows,
+    record_seconds,
+    result_rows,
+    run_federated,
+    run_key,
+    write_rows,
+)
+from experiments.study.table import plot_study_curves, study_table
+from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, site_means, write_image_dice
+from fedsm_core.analysis.image_dice import read_rows as read_image_rows
+from fedsm_core.config import RunConfig
+from fedsm_core.device import select_device, set_cpu_threads
+
+PACKAGES = ("torch", "flwr", "numpy", "segmentation-models-pytorch", "ray", "matplotlib", "tqdm")
+Job = tuple[RunKey, dict[str, object], RunKey | None]
+
+
+def plan_jobs(plan: StudyPlan) -> list[Job]:
+    """Every run of the plan in order: its key, its settings, and the key it takes its rounds from."""
+    jobs: list[Job] = []
+    keys: dict[tuple[str, int, str], RunKey] = {}
+    for dataset, seed, method in plan.jobs():
+        settings = {**plan.settings(dataset, method), "seed": seed, "data-seed": seed}
+        source = plan.rounds_from.get(method)
+        source_key = keys[(dataset, seed, source)] if source else None
+        key = run_key(dataset, method, seed, settings, plan.stopping, source_key)
+        keys[(dataset, seed, method)] = key
+        jobs.append((key, settings, source_key))
+    return jobs
+
+
+def finished_rows(key: RunKey, runs: Path, recorded: Sequence[Mapping[str, str]] = ()) -> list[dict[str, str]] | None:
+    """The rows of a finished run, or ``None`` when it has not finished.
+
+    Read from the run's folder, else from ``recorded`` (a study's ``results.csv``).
+    """
+    path = key.folder(runs) / ROWS_FILE
+    if path.is_file():
+        return read_rows(path)
+    mine = [dict(r) for r in recorded if r["run"] == key.digest and r["method"] == key.method
+            and r["dataset"] == key.dataset_label and int(r["seed"]) == key.seed]
+    return mine if any(r["kind"] == "test" for r in mine) else None
+
+
+def recorded_rows(out: Path) -> list[dict[str, str]]:
+    """The rows of ``out/results.csv`` (``[]`` before the first run finished)."""
+    return read_rows(out / "results.csv") if (out / "results.csv").is_file() else []
+
+
+def source_rounds(source: RunKey | None, runs: Path, recorded: Sequence[Mapping[str, str]] = ()) -> int | None:
+    """Rounds the run ``source`` trained (its test rows' round); ``None`` without a source."""
+    if source is None:
+        return None
+    tests = [row for row in finished_rows(source, runs, recorded) or [] if row["kind"] == "test"]
+    if not tests:
+        raise RuntimeError(f"{source} has not finished; it runs before the methods that take its rounds")
+    return int(tests[0]["round"])
+
+
+def run_centralized(key: RunKey, settings: Mapping[str, object], rounds: int) -> list[dict[str, object]]:
+    """Pooled training for ``rounds`` passes (``run_pooled``); its rows, with every test image scored."""
+    images: list[tuple[str, str, bool, float]] = []
+    config = RunConfig.from_mapping({**settings, "num-server-rounds": rounds})
+    device = select_device(config.device)
+
+    def score_images(job: str, model, sites) -> None:
+        images.extend(image_rows(sites.values(), lambda i, site: model_image_dice(
+            model, site.test, config.batch_size * 2, device)))
+
+    began = time.monotonic()
+    tests, curve = run_pooled(["centralized"], key.seed, {**settings, "num-server-rounds": rounds}, score_images)
+    seconds = time.monotonic() - began
+    return result_rows(key, rounds, [(str(r["site"]), float(r["value"])) for r in tests], images, curve, seconds)
+
+
+def check_images(key: RunKey, images: list[tuple[str, str, bool, float]], rows: list[dict[str, object]]) -> None:
+    """Warn when the per-image Dice does not average to what the run reported (another model or split)."""
+    reported = {str(r["site"]): float(r["value"]) for r in rows if r["kind"] == "test"}
+    gaps = {site: abs(mean - reported[site]) for site, mean in site_means(images).items() if site in reported}
+    if not gaps or max(gaps.values()) > 1e-6:
+        print(f"[study] warning: {key}: per-image test Dice does not reproduce the reported Dice {gaps}", flush=True)
+
+
+def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch,
+            recorded: Sequence[Mapping[str, str]] = ()) -> list[dict[str, object]]:
+    """Train one run to its end (or continue it) and write its rows; returns them."""
+    key, settings, source = job
+    fixed = source_rounds(source, runs, recorded)
+    if key.method == "centralized":
+        rows = run_centralized(key, settings, fixed or plan.stopping.max_rounds)
+    else:
+        final = run_federated(key, runs, settings, plan.stopping, fixed, launch)
+        config = RunConfig.from_mapping({**settings, "num-server-rounds": 1})
+        set_cpu_threads(config.torch_threads)
+        path = final / IMAGE_DICE_FILE
+        if not path.is_file():
+            began = time.monotonic()
+            write_image_dice(final, select_device(config.device))
+            record_seconds(key.folder(runs), "test-images", time.monotonic() - began)
+        images = read_image_rows(path)
+        rows = federated_rows(key, final, images, chunk_seconds(key.folder(runs)))
+        check_images(key, images, rows)
+    write_rows(key.folder(runs) / ROWS_FILE, rows)
+    return rows
+
+
+def write_outputs(out: Path, jobs: list[Job], runs: Path) -> int:
+    """``results.csv``, ``table.md`` and ``curves.png`` of the runs finished so far; returns their number."""
+    recorded = recorded_rows(out)
+    found = [finished_rows(key, runs, recorded) for key, _, _ in jobs]
+    rows = [row for part in found if part for row in part]
+    write_rows(out / "results.csv", rows)
+    (out / "table.md").write_text(study_table(read_rows(out / "results.csv")))
+    plot_study_curves(out / "curves.png", read_rows(out / "results.csv"))
+    return sum(1 for part in found if part)
+
+
+def select_datasets(jobs: list[Job], names: list[str] | None) -> set[str]:
+    """The short dataset names to run: ``names``, checked against the plan, or every one."""
+    labels = {key.dataset_label for key, _, _ in jobs}
+    unknown = sorted(set(names or ()) - labels)
+    if unknown:
+        raise ValueError(f"--datasets: {unknown} are not in the plan; expected some of {sorted(labels)}")
+    return set(names) if names else labels
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def write_commands(out: Path, plan_path: Path, done: int, total: int, datasets: list[str] | None = None) -> Path:
+    """``commands.md``: how to run, resume and tabulate; versions; one more line in the log of sittings."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    path = out / "commands.md"
+    log = path.read_text().split("## Sittings\n", 1)[1].strip().splitlines() if path.is_file() and \
+        "## Sittings\n" in path.read_text() else []
+    log.append(f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.stdout.strip() or '?'}, "
+               f"{platform.node()}: {done} of {total} runs finished at the start"
+               + (f"; ran only {', '.join(datasets)}" if datasets else ""))
+    lines = ["# Commands", "", "Run, or continue after an interruption (finished runs are skipped):", "",
+             f"    python -m experiments.study.run_plan --plan {plan_path} --out {out}", "",
+             "Regenerate the table and the curves from the CSV alone:", "",
+             f"    python -m experiments.study.table --csv {out}/results.csv --out {out}/table.md "
+             f"--curves {out}/curves.png", "",
+             "## Versions", "", f"- python {platform.python_version()}",
+             *[f"- {name} {_version(name)}" for name in PACKAGES], "", "## Sittings", "", *log, ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
+    """Command-line entry point (``launch`` runs one chunk; tests replace it)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, required=True, help="the study plan (experiments/plans/*.toml)")
+    parser.add_argument("--out", type=Path, required=True, help="results folder; run folders go to its runs/")
+    parser.add_argument("--only-finished", action="store_true", help="tabulate the finished runs, start none")
+    parser.add_argument("--datasets", nargs="*", default=None,
+                        help="run only these of the plan's datasets (short names, e.g. drishti-six-site)")
+    args = parser.parse_args(argv)
+    plan = load_plan(args.plan)  # every setting is checked here, before anything trains
+    runs = args.out / "runs"
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = plan_jobs(plan)
+    wanted = select_datasets(jobs, args.datasets)
+    recorded = recorded_rows(args.out)
+    unfinished = [job for job in jobs if finished_rows(job[0], runs, recorded) is None]
+    pending = [job for job in unfinished if job[0].dataset_label in wanted]
+    selected = sum(1 for job in jobs if job[0].dataset_label in wanted)  # progress counts these only
+    done = selected - len(pending)
+    write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), args.datasets)
+    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", selected, done)):
+        print(f"[study] {job[0]}: run {done + index + 1} of {selected}, {len(pending) - index} left", flush=True)
+        run_job(job, plan, runs, launch, recorded)
+        write_outputs(args.out, jobs, runs)
+    finished = write_outputs(args.out, jobs, runs)
+    print(f"[study] {finished} of {len(jobs)} runs finished; results in {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

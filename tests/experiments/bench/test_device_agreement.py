@@ -1,0 +1,50 @@
+"""Comparing one FedSM round on two devices: the update arithmetic, CPU against CPU, and CPU against GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.bench.device_agreement import RELATIVE_TOLERANCE, compare_devices, compare_updates
+
+TINY = {"dataset": "synthetic-fundus-2", "image-size": 32, "data-scale": 0.1, "max-local-steps": 1,
+        "selector-width": 4, "batch-size": 4}
+
+
+def test_relative_difference_of_updates_matches_hand_computation():
+    # Prepare: update a = [3, 4] (norm 5), update b = [3, 4.5]: difference [0, 0.5] (norm 0.5)
+    before = {"w": np.array([1.0, 1.0], dtype=np.float32), "steps": np.array(3, dtype=np.int64)}
+    after_a = {"w": np.array([4.0, 5.0], dtype=np.float32), "steps": np.array(4, dtype=np.int64)}
+    after_b = {"w": np.array([4.0, 5.5], dtype=np.float32), "steps": np.array(9, dtype=np.int64)}
+
+    # Execute
+    result = compare_updates("m", before, after_a, after_b)
+
+    # Assert: integer buffers are not compared
+    assert result.update_norm == pytest.approx(5.0) and result.difference_norm == pytest.approx(0.5)
+    assert result.relative == pytest.approx(0.1) and result.max_abs_difference == pytest.approx(0.5)
+    assert not result.agrees  # 10 % is far above the 1 % tolerance
+
+
+def test_models_that_did_not_move_agree_and_different_layouts_are_an_error():
+    still = {"w": np.zeros(2, dtype=np.float32)}
+    assert compare_updates("m", still, still, still).agrees
+    with pytest.raises(ValueError, match=r"m: the weights of the two runs hold different arrays \(\['v', 'w'\]\)"):
+        compare_updates("m", still, still, {"v": np.zeros(2)})
+
+
+def test_two_cpu_rounds_from_the_same_seeds_agree_exactly():
+    # Execute
+    models = compare_devices("cpu", "cpu", TINY)
+
+    # Assert: global, two personalized models and the selector, each updated identically
+    assert [m.model for m in models][:2] == ["global", "selector"] and len(models) == 4
+    assert all(m.update_norm > 0 and m.difference_norm == 0.0 for m in models)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cpu_and_gpu_rounds_agree_within_the_tolerance():
+    models = compare_devices("cpu", "cuda", TINY)
+    assert all(m.relative <= RELATIVE_TOLERANCE for m in models), [(m.model, m.relative) for m in models]

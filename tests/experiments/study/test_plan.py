@@ -1,0 +1,53 @@
+"""The study plan: the reference plan, and plans with mistakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments.study.plan import StoppingRule, load_plan
+
+RULE = StoppingRule(min_rounds=60, max_rounds=150, window=20, min_gain=0.002, check_every=10)
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _plan(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+[study]
+datasets = ["synthetic-fundus"]
+methods = ["fedavg", "centralized"]
+seeds = [0]
+[methods]
+centralized = { rounds-from = "fedavg" }
+"""
+
+
+def test_the_reference_plan_is_valid_and_orders_every_dependency():
+    plan = load_plan(ROOT / "experiments" / "plans" / "reference.toml")
+    assert len(plan.jobs()) == 3 * 3 * 7
+    assert plan.stopping == RULE
+    assert plan.rounds_from == {"centralized": "fedavg", "fedsm-extra": "fedsm"}
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    (GOOD.replace('"fedavg", "centralized"', '"fedavg", "fedsmm"'), r"methods \['fedsmm'\] are unknown"),
+    (GOOD.replace('"fedavg", "centralized"', '"centralized", "fedavg"'), "rounds-from = a method listed before"),
+    (GOOD + "[stopping]\nmin-rounds = 80\nmax-rounds = 60\n", "min-rounds <= max-rounds"),
+    (GOOD + "[stopping]\npatience = 3\n", r"\['patience'\] are not settings"),
+    (GOOD + "[run-config]\nnum-server-rounds = 5\n", r"\['num-server-rounds'\] are set by the study"),
+    (GOOD + "[run-config]\nstop-window = 5\n", r"\['stop-window'\] are set by the study"),
+    (GOOD + "[run-config]\nlr = -1.0\n", "dataset synthetic-fundus, method fedavg"),
+    (GOOD.replace("seeds = [0]", "seeds = []"), r"seeds = \[\] must be a non-empty list"),
+    (GOOD + '[chosen]\n"synthetic-prostate" = "x.json"\n', r"\['synthetic-prostate'\] are not datasets"),
+])
+def test_a_plan_with_a_mistake_names_the_file_and_the_setting(tmp_path, text, match):
+    path = _plan(tmp_path, text)
+    with pytest.raises(ValueError, match=match) as error:
+        load_plan(path)
+    assert str(path) in str(error.value)
