@@ -102,10 +102,9 @@ def encode_fedsm_train(payload: FedSMPayload, server_round: int, phase: str = ""
     })
 
 
-def decode_fedsm_train(content: RecordDict) -> FedSMPayload:
-    """Inverse of :func:`encode_fedsm_train`."""
-    weights = decode_weights(content, FEDSM_KEYS)
-    return FedSMPayload(*(weights[key] for key in FEDSM_KEYS))
+def decode_fedsm_train(request: TrainRequest) -> FedSMPayload:
+    """The FedSM payload of a decoded training message (:func:`decode_train` of :func:`encode_fedsm_train`)."""
+    return FedSMPayload(*(request.weights[key] for key in FEDSM_KEYS))
 
 
 FEDSM_KEYS = (records.GLOBAL, records.PERSONAL, records.SELECTOR, records.SELECTOR_OPTIMIZER)

@@ -29,8 +29,8 @@ from app_protocol.evaluate_messages import (
     encode_statistics_reply,
 )
 from app_protocol.train_messages import (
-    FEDSM_KEYS,
     TrainRequest,
+    decode_fedsm_train,
     decode_personalized,
     decode_train,
     encode_fedsm_reply,
@@ -42,7 +42,6 @@ from client_app.site import node_data_paths, node_device, node_identity, site_of
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings, train_fedsm_client
-from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
@@ -207,7 +206,7 @@ def train_fedsm(job: SiteJob) -> RecordDict:
         settings = dataclasses.replace(settings, train_selector=False)
     # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
     client_state = load_site_state(job.state_key, job.site.name, records.PERSONAL_STATE) or {}
-    payload = FedSMPayload(*(job.request.weights[key] for key in FEDSM_KEYS))
+    payload = decode_fedsm_train(job.request)
     local_moments = job.config.selector_moments == "local"
     if local_moments:  # this site's own moments from its previous round, never sent
         stored = load_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE)
@@ -308,6 +307,5 @@ def evaluate(msg: Message, context: Context) -> Message:
 def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits,
                 device: torch.device) -> dict[str, float]:
     """kNN-Per on the global model: datastore from the training split, lam from validation, test Dice."""
-    settings = KNNPerSettings(k=config.knn_k, kernel_scale=config.knn_kernel_scale, capacity=config.knn_capacity,
-                              pixels_per_image=config.knn_pixels_per_image, seed=config.seed)
+    settings = KNNPerSettings.from_run_config(config)
     return evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)

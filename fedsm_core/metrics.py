@@ -130,26 +130,3 @@ class ImageScores:
         if not self._parts:
             return {name: float("nan"), "num-empty": 0.0}
         return split_scores(*(np.concatenate(column) for column in zip(*self._parts, strict=True)), name=name)
-
-
-class DiceAccumulator:
-    """Collects per-image Dice values and reports their mean (images weigh equally)."""
-
-    def __init__(self) -> None:
-        self._values: list[np.ndarray] = []
-
-    def add(self, per_image_dice: torch.Tensor | np.ndarray) -> None:
-        """Append a batch of per-image Dice values."""
-        values = per_image_dice.detach().cpu().numpy() if isinstance(per_image_dice, torch.Tensor) else per_image_dice
-        self._values.append(np.asarray(values, dtype=np.float64).reshape(-1))
-
-    @property
-    def count(self) -> int:
-        """Number of images seen."""
-        return int(sum(v.size for v in self._values))
-
-    def mean(self) -> float:
-        """Mean Dice over all images; NaN when no image was added."""
-        if not self._values:
-            return float("nan")
-        return float(np.concatenate(self._values).mean())

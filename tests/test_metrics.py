@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import re
 
-import numpy as np
 import pytest
 import torch
 
-from fedsm_core.metrics import DiceAccumulator, dice_per_image, dice_per_structure
+from fedsm_core.metrics import dice_per_image, dice_per_structure
 
 
 def _mask(rows) -> torch.Tensor:
@@ -140,40 +138,3 @@ def test_shape_mismatch_names_both_shapes():
     # Execute / Assert
     with pytest.raises(ValueError, match=re.escape("(1, 2, 3, 3)") + ".*" + re.escape("(1, 1, 3, 3)")):
         dice_per_structure(pred, target)
-
-
-def test_accumulator_means_over_images():
-    # Prepare
-    # batches [1.0, 0.5] and [0.0] -> mean over 3 images = 1.5 / 3 = 0.5 (not the mean of batch means 0.375)
-    accumulator = DiceAccumulator()
-
-    # Execute
-    accumulator.add(torch.tensor([1.0, 0.5], dtype=torch.float64))
-    accumulator.add(np.array([0.0]))
-
-    # Assert
-    assert accumulator.count == 3
-    assert accumulator.mean() == 0.5
-
-
-def test_accumulator_accepts_gradient_tensors_and_scalars():
-    # Prepare
-    accumulator = DiceAccumulator()
-    values = torch.tensor([0.25, 0.75], requires_grad=True)
-
-    # Execute
-    accumulator.add(values * 1.0)
-    accumulator.add(np.float64(1.0))
-
-    # Assert
-    assert accumulator.count == 3
-    assert accumulator.mean() == pytest.approx(2.0 / 3.0)
-
-
-def test_empty_accumulator_is_nan():
-    # Prepare / Execute
-    accumulator = DiceAccumulator()
-
-    # Assert
-    assert accumulator.count == 0
-    assert math.isnan(accumulator.mean())

@@ -16,3 +16,12 @@ def test_ruff_finds_nothing_in_the_project():
 
     # Assert
     assert result.returncode == 0, f"ruff check found problems (fix them or run ruff check --fix):\n{result.stdout}"
+
+
+def test_no_python_file_holds_more_than_one_concepts_worth_of_lines():
+    # The style guide's ~350 lines per file (one concept per file), with a little slack.
+    limit = 360
+    files = [p for folder in ("fedsm_core", "server_app", "client_app", "app_protocol", "experiments", "tests")
+             for p in (ROOT / folder).rglob("*.py")]
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > limit}
+    assert not long, f"files above {limit} lines; split them by concept: {long}"

@@ -101,8 +101,7 @@ def deployed_scorer(folder: Path, config: RunConfig, device: torch.device | str 
             load_global_model(folder / "site_models" / f"{site.name}.pt", device)[0], site.test, batch, device)
     model, _ = load_global_model(folder / "global_model.pt", device)
     if config.knn_per:
-        settings = KNNPerSettings(k=config.knn_k, kernel_scale=config.knn_kernel_scale, capacity=config.knn_capacity,
-                                  pixels_per_image=config.knn_pixels_per_image, seed=config.seed)
+        settings = KNNPerSettings.from_run_config(config)
         return lambda index, site: knn_per_image_dice(model, site, settings, device)
     return lambda index, site: model_image_dice(model, site.test, batch, device)
 

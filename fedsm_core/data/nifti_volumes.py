@@ -28,188 +28,33 @@ slice with prostate is kept, plus each empty slice with probability
 from __future__ import annotations
 
 import warnings
-import zlib
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
-from nibabel.filebasedimages import ImageFileError
-from nibabel.spatialimages import HeaderDataError
 
 from fedsm_core.data.arrays import SegArrays, SiteSplits
 from fedsm_core.data.doctor_report import SiteReport, SplitReport
-from fedsm_core.data.files import ORPHAN_POLICIES, DataError, Pair, Pairing
-from fedsm_core.data.masks import mask_encoding
+from fedsm_core.data.files import DataError, Pair
+from fedsm_core.data.nifti_cases import (
+    LABELS,
+    LAYOUTS,
+    SOURCE_NAMES,
+    check_label_values,
+    check_nifti_options,
+    check_shapes,
+    describe_orphans,
+    describe_shape,
+    find_cases,
+    read_image,
+    read_label,
+)
 from fedsm_core.data.preprocess import prepare_example, stack_examples
 
-LAYOUTS = {
-    "multisite": "<site>/CaseNN.nii.gz with <site>/CaseNN_segmentation.nii.gz (or .nii)",
-    "msd": "<site>/imagesTr/prostate_NN.nii.gz with <site>/labelsTr/prostate_NN.nii.gz (or .nii)",
-}
-SOURCE_NAMES = {"multisite": "prostate-nifti", "msd": "prostate-msd"}  # names in sources.py
-NIFTI_SUFFIXES = (".nii.gz", ".nii")
-LABEL_SUFFIX = "_segmentation"
-LABELS = mask_encoding("label-map")  # 0 = background, 1 and 2 = prostate
 # Cases per split: train/val/test = 2:1:1, i.e. 0.5/0.25/0.25 of a site's cases.
 SPLIT_WEIGHTS = {"train": 2, "val": 1, "test": 1}
 # Empty slices kept, as a probability per slice: a few teach the model that
 # slices without prostate exist, without drowning the foreground.
 DEFAULT_EMPTY_FRACTION = 0.1
-_READ_ERRORS = (ImageFileError, HeaderDataError, OSError, EOFError, ValueError, zlib.error)
-
-
-def _unreadable(kind: str, path: Path, error: Exception) -> DataError:
-    return DataError(f"cannot read {kind} volume {path}: {error}; replace it with a valid NIfTI file (.nii, .nii.gz)")
-
-
-def _check_options(layout: str, modality: int, empty_fraction: float = 0.0, on_orphans: str = "fail") -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout = '{layout}' is unknown; NIfTI layouts: {sorted(LAYOUTS)}")
-    if isinstance(modality, bool) or not isinstance(modality, (int, np.integer)) or modality < 0:
-        raise ValueError(f"modality = {modality!r} must be an integer >= 0 (the channel of a 4-D image; "
-                         "0 = T2 and 1 = ADC in the Decathlon's Task05_Prostate)")
-    if not 0.0 <= float(empty_fraction) <= 1.0:
-        raise ValueError(f"empty_fraction = {empty_fraction} must be in [0, 1] "
-                         "(0 keeps only slices with prostate, 1 keeps every slice)")
-    if on_orphans not in ORPHAN_POLICIES:
-        raise ValueError(f"on_orphans = '{on_orphans}' must be one of {ORPHAN_POLICIES}")
-
-
-def _nifti_stem(file_name: str) -> str | None:
-    """The case name of a NIfTI file name (``Case00.nii.gz`` -> ``Case00``), else None."""
-    lower = file_name.lower()
-    suffix = next((s for s in NIFTI_SUFFIXES if lower.endswith(s)), None)
-    return file_name[: -len(suffix)] if suffix else None
-
-
-def _add(found: dict[str, Path], stem: str, path: Path) -> None:
-    if stem in found:
-        raise DataError(f"{found[stem]} and {path} are both the volume '{stem}'; keep one file per case")
-    found[stem] = path
-
-
-def _list_volumes(folder: Path, layout: str) -> dict[str, Path]:
-    if not folder.is_dir():
-        raise DataError(f"folder {folder} is missing; the '{layout}' layout expects {LAYOUTS[layout]}")
-    found: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        stem = _nifti_stem(path.name)
-        if stem is not None and not path.name.startswith(".") and path.is_file():  # skips macOS ._*
-            _add(found, stem, path)
-    return found
-
-
-def _case_of(path: Path, layout: str) -> str:
-    stem = _nifti_stem(path.name) or path.name
-    is_label = layout == "multisite" and stem.lower().endswith(LABEL_SUFFIX)
-    return stem[: -len(LABEL_SUFFIX)] if is_label else stem
-
-
-def _partner(orphan: Path, layout: str, want_label: bool) -> Path:
-    """Where the missing image (``want_label=False``) or label of ``orphan`` would be."""
-    case = _case_of(orphan, layout)
-    suffix = orphan.name[len(_nifti_stem(orphan.name) or orphan.name):]
-    if layout == "msd":
-        return orphan.parent.parent / ("labelsTr" if want_label else "imagesTr") / f"{case}{suffix}"
-    return orphan.parent / (f"{case}{LABEL_SUFFIX}{suffix}" if want_label else f"{case}{suffix}")
-
-
-def find_cases(site_path: Path, layout: str = "multisite") -> Pairing:
-    """Pair a site's image and label volumes by case name (``Pair.mask`` is the label), with the orphans.
-
-    Raises :class:`DataError` if a folder of the layout is missing (the
-    message shows the layout) or two files are one case (``a.nii``, ``a.nii.gz``).
-    """
-    _check_options(layout, 0)
-    site_path = Path(site_path)
-    if not site_path.is_dir():
-        raise DataError(f"site folder {site_path} does not exist; the '{layout}' layout expects {LAYOUTS[layout]}")
-    if layout == "msd":
-        images = _list_volumes(site_path / "imagesTr", layout)
-        labels = _list_volumes(site_path / "labelsTr", layout)
-    else:
-        images, labels = {}, {}
-        for stem, path in _list_volumes(site_path, layout).items():
-            if stem.lower().endswith(LABEL_SUFFIX):
-                _add(labels, _case_of(path, layout), path)
-            else:
-                _add(images, stem, path)
-    common = sorted(images.keys() & labels.keys())
-    return Pairing(pairs=tuple(Pair(stem, images[stem], labels[stem]) for stem in common),
-                   images_without_mask=tuple(images[s] for s in sorted(images.keys() - labels.keys())),
-                   masks_without_image=tuple(labels[s] for s in sorted(labels.keys() - images.keys())))
-
-
-def describe_orphans(pairing: Pairing, layout: str) -> list[str]:
-    """One line per orphan: the file and the partner it lacks."""
-    lines = [f"{p} (image without label; expected {_partner(p, layout, True)})" for p in pairing.images_without_mask]
-    return lines + [f"{p} (label without image; expected {_partner(p, layout, False)})"
-                    for p in pairing.masks_without_image]
-
-
-def read_label(path: Path) -> tuple[np.ndarray, list[int]]:
-    """A label volume ``[X, Y, Z]`` as stored and the sorted values it holds.
-
-    Raises :class:`DataError` naming the file when it cannot be read, is not
-    3-D or holds non-integers; :func:`check_label_values` checks the values.
-    """
-    try:
-        volume = np.asanyarray(nib.load(path).dataobj)
-    except _READ_ERRORS as error:
-        raise _unreadable("label", path, error) from None
-    if volume.ndim == 4 and volume.shape[3] == 1:
-        volume = volume[..., 0]
-    if volume.ndim != 3:
-        raise DataError(f"label volume {path} has shape {volume.shape}; a label must be 3-D (x, y, z)")
-    present = np.unique(volume)
-    if np.issubdtype(volume.dtype, np.floating) and not np.all(np.isfinite(present) & (present == np.round(present))):
-        odd = [float(v) for v in present if not (np.isfinite(v) and v == np.round(v))]
-        raise DataError(f"label volume {path} holds non-integer values {odd[:10]}; labels must be "
-                        f"integers ({LABELS.description}); re-export it without interpolation")
-    return volume, [int(v) for v in present]
-
-
-def check_label_values(values: list[int], path: Path) -> None:
-    """Raise :class:`DataError` naming ``path`` if ``values`` leave the label-map encoding."""
-    bad = [v for v in values if v not in LABELS.allowed]
-    if bad:
-        raise DataError(f"label volume {path} holds values {bad[:10]} (values found: {values[:12]}); allowed "
-                        f"{list(LABELS.allowed)} ({LABELS.description}). Re-export the label without "
-                        "interpolation, or map its values onto 0 = background and 1 = prostate")
-
-
-def read_image(path: Path, modality: int = 0) -> np.ndarray:
-    """An image volume ``[X, Y, Z]`` float32; a 4-D image gives its channel ``modality``.
-
-    Only that channel is kept in memory. Raises :class:`DataError` naming the
-    file when it cannot be read, has too few channels, or is not 3-D or 4-D.
-    """
-    try:
-        image = nib.load(path)
-        shape = image.shape
-    except _READ_ERRORS as error:
-        raise _unreadable("image", path, error) from None
-    if len(shape) not in (3, 4):
-        raise DataError(f"image volume {path} has shape {shape}; expected 3-D (x, y, z) or 4-D (x, y, z, modality)")
-    if len(shape) == 4 and modality >= shape[3]:
-        raise DataError(f"image volume {path} has {shape[3]} channel(s) on its 4th axis, so modality = "
-                        f"{modality} does not exist; choose a modality in 0..{shape[3] - 1}")
-    try:
-        data = image.dataobj[..., modality] if len(shape) == 4 else image.dataobj[...]
-        return np.asarray(data, dtype=np.float32)
-    except _READ_ERRORS as error:
-        raise _unreadable("image", path, error) from None
-
-
-def _size(shape: tuple[int, ...]) -> str:
-    return "x".join(str(n) for n in shape[:3])
-
-
-def check_shapes(pair: Pair, image_shape: tuple[int, ...], label_shape: tuple[int, ...]) -> None:
-    """Raise :class:`DataError` naming both files if their first three axes differ."""
-    if tuple(image_shape[:3]) != tuple(label_shape[:3]):
-        raise DataError(f"image {pair.image} is {_size(image_shape)} but its label {pair.mask} is "
-                        f"{_size(label_shape)}; an image and its label must have the same voxel grid")
 
 
 def split_counts(num_cases: int) -> dict[str, int]:
@@ -292,7 +137,7 @@ def load_nifti_site(site_path: Path, image_size: int, seed: int = 0, *, layout: 
         For missing folders, orphans (``"fail"``), unreadable files, shape
         mismatches, label values outside 0/1/2, or a site without cases.
     """
-    _check_options(layout, modality, empty_fraction, on_orphans)
+    check_nifti_options(layout, modality, empty_fraction, on_orphans)
     if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 1:
         raise ValueError(f"image_size = {image_size!r} must be a positive integer")
     site = name or Path(site_path).name
@@ -325,7 +170,7 @@ def _inspect_case(pair: Pair, modality: int, result: SplitReport) -> None:
     problems, image, label, values = [], None, None, []
     try:
         image = read_image(pair.image, modality)
-        result.sizes[_size(image.shape)] += 1
+        result.sizes[describe_shape(image.shape)] += 1
     except DataError as error:
         problems.append(str(error))
     try:
@@ -356,7 +201,7 @@ def inspect_nifti_site(site_path: Path, *, layout: str = "multisite", modality: 
     and errors (missing folders, unreadable files, shape mismatches, label
     values outside 0/1/2). Raises ``ValueError`` only for bad arguments.
     """
-    _check_options(layout, modality)
+    check_nifti_options(layout, modality)
     result = SplitReport("volumes")
     report = SiteReport(name or Path(site_path).name, str(site_path), SOURCE_NAMES[layout], [result])
     try:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
-from flwr.serverapp import Grid
 
 from app_protocol import records
 from app_protocol.evaluate_messages import encode_model_evaluation
@@ -66,9 +65,7 @@ class FedAvgStrategy(SiteStrategy):
         """What every site receives for a round."""
         return encode_model_train(self.global_weights, server_round, optimizer_state=self.optimizer_state)
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_train(self, server_round: int) -> Iterable[Message]:
         """The same global model to every site."""
         content = self.train_content(server_round)
         return self.messages({node.site_name: content for node in self.nodes}, MessageType.TRAIN)

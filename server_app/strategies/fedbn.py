@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.app import ArrayRecord, Message, MessageType, MetricRecord
 from flwr.common import log
-from flwr.serverapp import Grid
 
 from app_protocol.evaluate_messages import encode_model_evaluation
 from app_protocol.train_messages import encode_model_train
@@ -57,9 +56,7 @@ class FedBNStrategy(FedAvgStrategy):
         """Site ``site``'s model: the current shared entries with its own normalization entries."""
         return merge_local(self.global_weights, self.site_models[site], self.local)
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_train(self, server_round: int) -> Iterable[Message]:
         """Each site gets its own model."""
         contents = {node.site_name: encode_model_train(self.model_of(node.site_name), server_round)
                     for node in self.nodes}

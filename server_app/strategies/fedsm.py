@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
@@ -86,9 +86,7 @@ class FedSMStrategy(SiteStrategy):
             self.fedsm.lam, self.gamma, self.gamma_selection, self.fedsm.selector_weighting)
         log(INFO, "FedSM: personalized models trained by %s", self.fedsm.personalization)
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_train(self, server_round: int) -> Iterable[Message]:
         """One message per site with the global, its personalized model and the selector."""
         contents = {node.site_name: encode_fedsm_train(self.fedsm.payload_for(node.site_name), server_round,
                                                        self.train_phase)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.app import ArrayRecord, Message, MessageType, MetricRecord
 from flwr.common import log
-from flwr.serverapp import Grid
 
 from app_protocol import records
 from app_protocol.train_messages import encode_extra_selector_train
@@ -54,12 +53,10 @@ class FedSMExtraStrategy(FedSMStrategy):
         self.extra_optimizer: Weights = {}
         self.model_rounds = model_rounds
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_train(self, server_round: int) -> Iterable[Message]:
         """FedSM messages (selector frozen) up to round R, then selector messages with the super model."""
         if server_round <= self.model_rounds:
-            return super().configure_train(server_round, arrays, config, grid)
+            return super().configure_train(server_round)
         content = encode_extra_selector_train(self.fedsm.global_weights, self._personalized(), self.extra_selector,
                                               self.extra_optimizer, server_round)
         return self.messages({node.site_name: content for node in self.nodes}, MessageType.TRAIN)

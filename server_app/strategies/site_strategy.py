@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
 from app_protocol import records
+from app_protocol.evaluate_messages import decode_metrics
 from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.models.weights import Weights, check_same_layout
 from fedsm_core.run_files.run_outputs import pool_site_metrics
@@ -27,11 +27,15 @@ def routed_site(message: Message) -> str:
     return str(records.decode_route(message.content))
 
 
-EMPTY_ARRAYS, EMPTY_CONFIG = ArrayRecord(), ConfigRecord()
-
-
-class SiteStrategy(Strategy):
+class SiteStrategy:
     """Base of the strategies: one node per site, validated replies, federated evaluation.
+
+    Not a subclass of Flower's ``Strategy``: its ``start()`` owns the round loop from
+    round 1 with one ``ArrayRecord`` for every node, while a run here resumes after a
+    checkpoint's round, stops by its stopping rule, and sends each site its own models
+    (FedSM's personalized model, FedBN's normalization layers). The method names follow
+    Flower's (``configure_train``, ``aggregate_train``, ``configure_evaluate``,
+    ``aggregate_evaluate``), so a reader of ``flwr/serverapp/strategy/`` finds them.
 
     Subclasses build the per-site training messages and fold the replies in;
     this class checks replies (client errors, missing keys, wrong shapes,
@@ -73,9 +77,7 @@ class SiteStrategy(Strategy):
     def run(self, grid: Grid, first_round: int, timeout: float, after_round: Callable[[int], bool]) -> None:
         """Rounds ``first_round .. num_rounds``: train, aggregate, evaluate, then ``after_round(r)``.
 
-        Flower's ``Strategy.start`` always begins at round 1; a resumed run
-        begins after its checkpoint's round, so the loop is the app's own.
-        It calls the same strategy methods as ``start`` does. When
+        A resumed run begins after its checkpoint's round. When
         ``after_round(r)`` returns true (the stopping rule held), training ends
         after round ``r``, which becomes ``num_rounds``: the test evaluation and
         the summary then name it.
@@ -84,13 +86,12 @@ class SiteStrategy(Strategy):
         for server_round in range(first_round, self.num_rounds + 1):
             log(INFO, "[ROUND %d/%d]", server_round, self.num_rounds)
             with self.traffic.timed(server_round, "round"):
-                arrays, config = EMPTY_ARRAYS, EMPTY_CONFIG  # Flower's signature; the strategies keep their own state
-                replies = self.exchange(grid, self.configure_train(server_round, arrays, config, grid), timeout,
+                replies = self.exchange(grid, self.configure_train(server_round), timeout,
                                         server_round)
                 self.aggregate_train(server_round, replies)
                 if self.evaluation_due(server_round):
                     self.prepare_evaluation(grid, server_round, timeout, "val")
-                messages = list(self.configure_evaluate(server_round, arrays, config, grid))
+                messages = list(self.configure_evaluate(server_round))
                 if messages:
                     self.aggregate_evaluate(server_round, self.exchange(grid, messages, timeout, server_round))
             if after_round(server_round) and server_round < self.num_rounds:
@@ -256,9 +257,7 @@ class SiteStrategy(Strategy):
         return [Message(records.with_route(content, site, self.state_key), message_type=message_type,
                         dst_node_id=self.node_of_site[site]) for site, content in contents.items()]
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_evaluate(self, server_round: int) -> Iterable[Message]:
         """Validation-split evaluation every ``eval_every`` rounds and in the last round."""
         if not self.evaluation_due(server_round):
             return []
@@ -301,9 +300,7 @@ class SiteStrategy(Strategy):
                 gaps[site] = self.error_reason(reply)
                 log(WARNING, "round %d: %s evaluation of %s failed (%s)", server_round, split, site, gaps[site])
                 continue
-            metrics = reply.content[records.METRICS]
-            per_site[site] = {k: float(v) for k, v in metrics.items() if not isinstance(v, list)}
-            lists[site] = {k: [float(x) for x in v] for k, v in metrics.items() if isinstance(v, list)}
+            per_site[site], lists[site] = decode_metrics(reply.content)
         self.latest_lists[split] = lists
         gaps.update({node.site_name: "no reply" for node in self.nodes
                      if node.site_name not in per_site and node.site_name not in gaps})

@@ -67,7 +67,7 @@ def test_model_train_and_reply_round_trip_with_and_without_control_variates():
 def test_fedsm_train_and_reply_round_trip():
     payload = FedSMPayload(w(1.0), w(2.0), w(3.0), {})
     assert decode_train(encode_fedsm_train(payload, 7, "models")).phase == "models"
-    back = decode_fedsm_train(encode_fedsm_train(payload, 7))
+    back = decode_fedsm_train(decode_train(encode_fedsm_train(payload, 7)))
     for key, original in zip(("global_weights", "personal_weights", "selector_weights", "selector_optimizer"),
                              (w(1.0), w(2.0), w(3.0), {}), strict=True):
         assert same(getattr(back, key), original)

@@ -31,7 +31,7 @@ def _app_rounds(settings: dict[str, object], rounds: int):
     strategy, _ = build_strategy(Setup(config, info, federation.spec, nodes, lambda *args: None))
     context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
     for server_round in range(1, rounds + 1):
-        messages = list(strategy.configure_train(server_round, None, None, None))
+        messages = list(strategy.configure_train(server_round))
         replies = [client.train(message, context) for message in messages]  # each site's node answers for it
         strategy.aggregate_train(server_round, replies)
     return strategy.fedsm

@@ -72,6 +72,6 @@ class ReversedGrid(SharedNodeGrid):
 def test_replies_are_aggregated_in_site_order_whatever_order_they_arrive_in():
     strategy = FedAvgStrategy(w(0.0), SHARED, RoundPlan(1, 1), EvaluationLog())
 
-    replies = strategy.exchange(ReversedGrid(), strategy.configure_train(1, None, None, None), 5.0, 1)
+    replies = strategy.exchange(ReversedGrid(), strategy.configure_train(1), 5.0, 1)
 
     assert [strategy.site_of(r) for r in replies] == ["site-a", "site-b", "site-c"]

@@ -59,3 +59,33 @@ class EvaluationLog:
 
     def __call__(self, server_round: int, split: str, per_site: dict[str, dict[str, float]]) -> None:
         self.calls.append((server_round, split, per_site))
+
+
+SITES = [node.site_name for node in NODES]
+LAM = 0.5  # SoftPull: own model * 0.5, each of the two others * 0.25
+
+
+def fedsm_strategy(gamma: float = 0.5, min_replies: int = 1):
+    """A FedSM strategy over the three sites: global (0, 0), personalized models a, b, c distinct."""
+    from fedsm_core.algorithms.fedsm.fedsm import FedSM
+    from server_app.round_plan import RoundPlan
+    from server_app.strategies.fedsm import FedSMStrategy
+
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    fedsm.personalized = {"site-a": w(1.0, 1.0), "site-b": w(2.0, 2.0), "site-c": w(0.0, 4.0)}
+    return FedSMStrategy(fedsm, NODES, RoundPlan(5, 1, min_replies), EvaluationLog(), gamma=gamma)
+
+
+def fedavg_strategy(initial: dict[str, np.ndarray] | None = None, min_replies: int = 1):
+    """A FedAvg strategy over the three sites, from ``initial`` (default: the zero model ``w(0, 0)``)."""
+    from server_app.round_plan import RoundPlan
+    from server_app.strategies.fedavg import FedAvgStrategy
+
+    return FedAvgStrategy(initial if initial is not None else w(0.0, 0.0), NODES, RoundPlan(5, 1, min_replies),
+                          EvaluationLog())
+
+
+def model_reply(site: str, weights: dict[str, np.ndarray], num_examples: int, **extra):
+    """A single-model training reply of ``site``: its weights, metrics with ``num_examples``, extra records."""
+    return reply(NODE[site], {records.GLOBAL: records.to_record(weights), records.METRICS: train_metrics(num_examples),
+                              **{key: records.to_record(value) for key, value in extra.items()}})

@@ -187,11 +187,6 @@ class KNNPer:
         p_knn = p_knn.reshape(batch, height, width, -1).permute(0, 3, 1, 2)
         return p_knn, torch.sigmoid(logits)
 
-    def predict_proba(self, images: torch.Tensor | np.ndarray, lam: float | None = None) -> torch.Tensor:
-        """Mixed probabilities ``[B, S, H, W]`` (eq. 4) at ``lam`` (default: :attr:`lam`)."""
-        p_knn, p_model = self.probabilities(images)
-        return mix_probabilities(p_knn, p_model, self.lam if lam is None else lam)
-
     def choose_lambda(self, val_data: SegArrays) -> float:
         """Set :attr:`lam` to the grid value of highest mean per-image validation Dice.
 

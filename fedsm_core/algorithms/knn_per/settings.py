@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from fedsm_core.algorithms.knn_per.datastore import REPLACEMENTS
 from fedsm_core.algorithms.knn_per.search import BACKENDS
@@ -85,33 +84,10 @@ class KNNPerSettings:
                 raise ValueError(f"{key} value {value} is outside [0, 1]")
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> KNNPerSettings:
-        """Read the ``knn-*`` keys of a flat run config; absent keys take their defaults.
-
-        ``knn-lambda-grid`` may be a comma-separated string (``"0.0,0.5,1.0"``),
-        as flat configs hold scalars only. Other keys are ignored.
-
-        Raises
-        ------
-        ValueError
-            For an unknown ``knn-*`` key (the message lists the valid ones) or a bad value.
-        """
-        fields = {key: name for name, key in KEYS.items()}
-        unknown = sorted(key for key in config if key.startswith("knn-") and key not in fields)
-        if unknown:
-            raise ValueError(f"unknown kNN-Per key(s) {unknown}; valid keys: {sorted(fields)}")
-        values = {fields[key]: value for key, value in config.items() if key in fields}
-        grid = values.get("lambda_grid")
-        if isinstance(grid, str):
-            values["lambda_grid"] = _parse_grid(grid)
-        return cls(**values)
-
-
-def _parse_grid(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as error:
-        raise ValueError(f"{KEYS['lambda_grid']} = '{text}' is not a comma-separated list of numbers") from error
+    def from_run_config(cls, config: RunConfig) -> KNNPerSettings:
+        """The settings a run's sites use: its ``knn-*`` keys and its ``seed``; the rest take their defaults."""
+        return cls(k=config.knn_k, kernel_scale=config.knn_kernel_scale, capacity=config.knn_capacity,
+                   pixels_per_image=config.knn_pixels_per_image, seed=config.seed)
 
 
 def _check_at_least(key: str, value: int, low: int) -> None:

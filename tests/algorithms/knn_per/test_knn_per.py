@@ -1,4 +1,4 @@
-"""kNN-Per for segmentation: embeddings, search, kernel, mixing, lambda choice and settings."""
+"""kNN-Per for segmentation: embeddings, kernel, mixing, lambda choice and the whole client step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.knn_per import search as knn_search
 from fedsm_core.algorithms.knn_per.knn_per import (
     KNNPer,
     choose_lambda,
@@ -17,14 +16,12 @@ from fedsm_core.algorithms.knn_per.knn_per import (
     embed_pixels,
     evaluate_knn_per,
     find_segmentation_head,
+    mix_probabilities,
 )
 from fedsm_core.algorithms.knn_per.search import (
-    NeighbourIndex,
     faiss_available,
     gaussian_kernel,
     knn_probabilities,
-    resolve_backend,
-    search_torch,
 )
 from fedsm_core.algorithms.knn_per.settings import LAMBDA_GRID, KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
@@ -32,7 +29,6 @@ from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.models.spec import ModelSpec
 
 BACKENDS = ["torch", *(["faiss"] if faiss_available() else [])]
-needs_faiss = pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed")
 
 
 class _Tiny(nn.Module):
@@ -123,7 +119,7 @@ def test_lambda_zero_is_the_global_model(backend):
     images = torch.from_numpy(data.images)
 
     # Execute
-    mixed = knn_per.predict_proba(images, lam=0.0)
+    mixed = mix_probabilities(*knn_per.probabilities(images), 0.0)
 
     # Assert: 0 * p_knn + 1 * p_model is p_model bit for bit
     with torch.no_grad():
@@ -156,7 +152,7 @@ def test_lambda_one_with_one_neighbour_returns_the_stored_label(backend):
     knn_per = KNNPer(model, settings).build(data)
 
     # Execute
-    mixed = knn_per.predict_proba(data.images)
+    mixed = mix_probabilities(*knn_per.probabilities(data.images), knn_per.lam)
 
     # Assert
     assert len(knn_per.datastore) == 128
@@ -196,62 +192,6 @@ def test_far_queries_still_get_finite_estimates():
 
     # Assert: the ratio is that of distances 0 and 1: 1 / (1 + e^-1)
     assert p_knn.item() == pytest.approx(1.0 / (1.0 + math.exp(-1.0)), rel=1e-14)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_search_finds_hand_placed_neighbours(backend):
-    # Prepare: keys at (0, 0), (3, 0), (0, 2); query at (0, 0.5)
-    keys = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 2.0]], np.float32)
-    index = NeighbourIndex(keys, backend)
-
-    # Execute
-    squared, indices = index.search(torch.tensor([[0.0, 0.5]]), k=5)
-
-    # Assert: k is capped at 3 entries; d^2 = 0.25, 1.5^2 = 2.25, 3^2 + 0.5^2 = 9.25
-    assert indices.tolist() == [[0, 2, 1]]
-    np.testing.assert_allclose(squared.numpy(), [[0.25, 2.25, 9.25]], rtol=1e-6)
-
-
-@needs_faiss
-def test_faiss_and_torch_backends_agree_on_random_data():
-    # Prepare
-    rng = np.random.default_rng(0)
-    keys = rng.standard_normal((3000, 16), dtype=np.float32)
-    queries = torch.from_numpy(rng.standard_normal((500, 16), dtype=np.float32))
-
-    # Execute
-    faiss_squared, faiss_indices = NeighbourIndex(keys, "faiss").search(queries, 10)
-    torch_squared, torch_indices = NeighbourIndex(keys, "torch").search(queries, 10)
-
-    # Assert
-    assert torch.equal(faiss_indices, torch_indices)
-    np.testing.assert_allclose(faiss_squared.numpy(), torch_squared.numpy(), rtol=1e-4, atol=1e-4)
-
-
-def test_torch_search_gives_the_same_result_in_small_chunks():
-    # Prepare
-    generator = torch.Generator().manual_seed(0)
-    keys = torch.randn(200, 8, generator=generator)
-    queries = torch.randn(50, 8, generator=generator)
-
-    # Execute: 7 query rows per chunk (1400 // 200) versus all at once
-    chunked = search_torch(keys, queries, 4, chunk_elements=1400)
-    whole = search_torch(keys, queries, 4)
-
-    # Assert: cdist may switch between its direct and matrix-product forms with the block size
-    assert torch.equal(chunked[1], whole[1])
-    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-5, atol=1e-5)
-
-
-def test_auto_backend_prefers_faiss_on_cpu_only(monkeypatch):
-    # Prepare / Execute / Assert
-    if faiss_available():
-        assert resolve_backend("auto", "cpu") == "faiss"
-    assert resolve_backend("auto", "cuda") == "torch"
-    monkeypatch.setattr(knn_search, "faiss_available", lambda: False)
-    assert resolve_backend("auto", "cpu") == "torch"
-    with pytest.raises(ValueError, match="pip install faiss-cpu"):
-        resolve_backend("faiss")
 
 
 def test_lambda_choice_is_the_argmax_on_a_constructed_case():
@@ -295,7 +235,7 @@ def test_choose_lambda_on_validation_trusts_a_perfect_datastore():
 
 def test_predicting_before_building_is_rejected():
     with pytest.raises(ValueError, match="call build"):
-        KNNPer(_Tiny()).predict_proba(torch.zeros(1, 3, 4, 4, dtype=torch.float64))
+        KNNPer(_Tiny()).probabilities(torch.zeros(1, 3, 4, 4, dtype=torch.float64))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -306,45 +246,10 @@ def test_runs_on_the_model_device():
 
     # Execute
     knn_per = KNNPer(model, KNNPerSettings(backend="auto", pixels_per_image=64)).build(data)
-    mixed = knn_per.predict_proba(data.images)
+    mixed = mix_probabilities(*knn_per.probabilities(data.images), knn_per.lam)
 
     # Assert
     assert knn_per.device.type == "cuda" and mixed.is_cuda and knn_per._index.backend == "torch"
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"k": 0}, "knn-k = 0 must be >= 1"),
-        ({"capacity": -5}, "knn-capacity = -5 must be >= 1"),
-        ({"pixels_per_image": 0}, "knn-pixels-per-image = 0 must be >= 1"),
-        ({"batch_size": 2.5}, "knn-batch-size = 2.5 must be an integer"),
-        ({"seed": -1}, "knn-seed = -1 must be >= 0"),
-        ({"kernel_scale": 0.0}, "knn-kernel-scale = 0.0 must be a finite number > 0"),
-        ({"kernel_scale": float("inf")}, "knn-kernel-scale = inf"),
-        ({"replacement": "lru"}, "knn-replacement = 'lru' is not one of"),
-        ({"backend": "annoy"}, "knn-backend = 'annoy' is not one of"),
-        ({"lambda_grid": ()}, "knn-lambda-grid is empty"),
-        ({"lambda_grid": (0.0, 1.5)}, r"knn-lambda-grid value 1.5 is outside \[0, 1\]"),
-        ({"lam": -0.1}, r"knn-lambda value -0.1 is outside \[0, 1\]"),
-    ],
-)
-def test_bad_settings_name_the_setting(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        KNNPerSettings(**kwargs)
-
-
-def test_settings_from_a_flat_config():
-    # Prepare
-    config = {"knn-k": 3, "knn-lambda-grid": "0.0, 0.25,1", "knn-backend": "torch", "lr": 0.1}
-
-    # Execute
-    settings = KNNPerSettings.from_config(config)
-
-    # Assert
-    assert (settings.k, settings.lambda_grid, settings.backend) == (3, (0.0, 0.25, 1.0), "torch")
-    with pytest.raises(ValueError, match="unknown kNN-Per key.*knn-kay"):
-        KNNPerSettings.from_config({"knn-kay": 3})
 
 
 def test_the_whole_client_step_chooses_lambda_on_validation_and_reports_its_cost():

@@ -43,8 +43,7 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
     strategy, _ = build_strategy(Setup(config, info, spec, nodes, lambda *args: None))
     context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
     for server_round in range(1, rounds + 1):
-        replies = [client.train(message, context) for message in strategy.configure_train(server_round, None, None,
-                                                                                          None)]
+        replies = [client.train(message, context) for message in strategy.configure_train(server_round)]
         strategy.aggregate_train(server_round, replies)
     return strategy.global_weights
 

@@ -1,11 +1,11 @@
-"""FedAvgStrategy and ScaffoldStrategy: reply checks, weighted averaging, server state."""
+"""FedAvgStrategy and ScaffoldStrategy: weighted averaging, control variates, server optimizer and state."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, MessageType
-from support.server_fakes import NODE, NODES, EvaluationLog, error_reply, reply, train_metrics, w
+from flwr.app import MessageType
+from support.server_fakes import NODE, NODES, EvaluationLog, fedavg_strategy, model_reply, reply, w
 
 from app_protocol import records
 from fedsm_core.algorithms.aggregation import weighted_average
@@ -15,170 +15,8 @@ from server_app.round_plan import RoundPlan
 from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
 
 
-def _fedavg(initial: dict[str, np.ndarray] | None = None, min_replies: int = 1) -> FedAvgStrategy:
-    return FedAvgStrategy(initial if initial is not None else w(0.0, 0.0), NODES, RoundPlan(5, 1, min_replies),
-                          EvaluationLog())
-
-
 def _scaffold() -> ScaffoldStrategy:
     return ScaffoldStrategy(w(0.0, 0.0), w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog())
-
-
-def _train_reply(site: str, weights: dict[str, np.ndarray], num_examples: int, **extra):
-    return reply(NODE[site], {records.GLOBAL: records.to_record(weights), records.METRICS: train_metrics(num_examples),
-                              **{key: records.to_record(value) for key, value in extra.items()}})
-
-
-def test_a_reply_with_nan_is_rejected_and_the_others_are_averaged_by_size():
-    # Prepare
-    strategy = _fedavg()
-    replies = [
-        _train_reply("site-a", w(1.0, 2.0), 10),
-        _train_reply("site-b", w(5.0, 6.0), 30),
-        _train_reply("site-c", w(np.nan, 1.0), 20),
-    ]
-
-    # Execute
-    arrays, _ = strategy.aggregate_train(1, replies)
-
-    # Assert: (10 * [1, 2] + 30 * [5, 6]) / 40 = [4, 5]; site-c's 20 examples do not count
-    np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
-    assert strategy.global_weights["w"].dtype == np.float64
-    assert arrays is None  # the strategy keeps the model; nothing is serialized for Flower to drop
-    assert len(strategy.missed) == 1
-    server_round, site, reason = strategy.missed[0]
-    assert (server_round, site) == (1, "site-c")
-    assert "non-finite" in reason and "'w'" in reason
-
-
-def test_an_infinite_value_is_rejected_like_nan():
-    # Prepare
-    strategy = _fedavg()
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(np.inf, 6.0), 30),
-               _train_reply("site-c", w(3.0, 4.0), 30)]
-
-    # Execute
-    strategy.aggregate_train(2, replies)
-
-    # Assert: (10 * [1, 2] + 30 * [3, 4]) / 40 = [2.5, 3.5]
-    np.testing.assert_array_equal(strategy.global_weights["w"], [2.5, 3.5])
-    assert [(r, s) for r, s, _ in strategy.missed] == [(2, "site-b")]
-    assert "non-finite" in strategy.missed[0][2]
-
-
-def test_a_client_error_and_a_wrong_shape_are_rejected():
-    # Prepare
-    strategy = _fedavg()
-    replies = [
-        _train_reply("site-a", w(1.0, 2.0), 10),
-        error_reply(NODE["site-b"], "CUDA out of memory"),
-        _train_reply("site-c", w(1.0, 2.0, 3.0), 20),
-    ]
-
-    # Execute
-    strategy.aggregate_train(3, replies)
-
-    # Assert: only site-a counts
-    np.testing.assert_array_equal(strategy.global_weights["w"], [1.0, 2.0])
-    missed = {site: (r, why) for r, site, why in strategy.missed}
-    assert set(missed) == {"site-b", "site-c"}
-    assert missed["site-b"][0] == 3 and "client error" in missed["site-b"][1]
-    assert "CUDA out of memory" in missed["site-b"][1]
-    assert missed["site-c"][0] == 3 and "malformed" in missed["site-c"][1]
-    assert "(3,)" in missed["site-c"][1] and "(2,)" in missed["site-c"][1]
-
-
-def test_a_reply_without_the_model_record_is_rejected():
-    # Prepare
-    strategy = _fedavg()
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30),
-               reply(NODE["site-c"], {records.METRICS: train_metrics(20)})]
-
-    # Execute
-    strategy.aggregate_train(1, replies)
-
-    # Assert
-    np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
-    assert [(r, s) for r, s, _ in strategy.missed] == [(1, "site-c")]
-    assert "malformed" in strategy.missed[0][2] and records.GLOBAL in strategy.missed[0][2]
-
-
-def test_a_reply_with_a_renamed_array_is_rejected():
-    # Prepare
-    strategy = _fedavg()
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", {"v": np.array([5.0, 6.0])}, 30)]
-
-    # Execute
-    strategy.aggregate_train(1, replies)
-
-    # Assert
-    np.testing.assert_array_equal(strategy.global_weights["w"], [1.0, 2.0])
-    rejected = [(s, why) for _, s, why in strategy.missed if why != "no reply"]
-    assert len(rejected) == 1 and rejected[0][0] == "site-b"
-    assert "missing ['w']" in rejected[0][1] and "unexpected ['v']" in rejected[0][1]
-
-
-def test_a_node_without_a_reply_is_recorded_as_no_reply():
-    # Prepare
-    strategy = _fedavg()
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30)]
-
-    # Execute
-    strategy.aggregate_train(4, replies)
-
-    # Assert
-    np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
-    assert strategy.missed == [(4, "site-c", "no reply")]
-
-
-def test_a_rejected_site_is_not_also_recorded_as_absent():
-    # Prepare
-    strategy = _fedavg()
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), error_reply(NODE["site-b"], "killed")]
-
-    # Execute
-    strategy.aggregate_train(2, replies)
-
-    # Assert: one entry per site and round
-    assert [(r, s) for r, s, _ in strategy.missed] == [(2, "site-b"), (2, "site-c")]
-    assert strategy.missed[1][2] == "no reply"
-
-
-def test_fewer_valid_replies_than_min_replies_stop_the_run_and_keep_the_model():
-    # Prepare
-    strategy = _fedavg(w(7.0, 7.0), min_replies=3)
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30),
-               _train_reply("site-c", w(np.nan, 0.0), 20)]
-
-    # Execute / Assert
-    with pytest.raises(RuntimeError, match="min-replies") as raised:
-        strategy.aggregate_train(5, replies)
-    assert "round 5" in str(raised.value) and "2 valid" in str(raised.value)
-    np.testing.assert_array_equal(strategy.global_weights["w"], [7.0, 7.0])
-    assert [(r, s) for r, s, _ in strategy.missed] == [(5, "site-c")]
-
-
-def test_exactly_min_replies_valid_replies_are_enough():
-    # Prepare
-    strategy = _fedavg(min_replies=2)
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30)]
-
-    # Execute
-    strategy.aggregate_train(1, replies)
-
-    # Assert
-    np.testing.assert_array_equal(strategy.global_weights["w"], [4.0, 5.0])
-
-
-def test_no_valid_reply_at_all_stops_the_run():
-    # Prepare
-    strategy = _fedavg(w(7.0, 7.0))
-
-    # Execute / Assert
-    with pytest.raises(RuntimeError, match="min-replies"):
-        strategy.aggregate_train(1, [error_reply(NODE["site-a"], "boom")])
-    np.testing.assert_array_equal(strategy.global_weights["w"], [7.0, 7.0])
-    assert len(strategy.missed) == 3
 
 
 def test_one_round_of_fedavg_equals_weighted_average():
@@ -188,8 +26,8 @@ def test_one_round_of_fedavg_equals_weighted_average():
     site_weights = [{key: rng.normal(size=value.shape).astype(np.float32) for key, value in initial.items()}
                     for _ in NODES]
     sizes = [7, 11, 3]
-    strategy = _fedavg(initial)
-    replies = [_train_reply(node.site_name, weights, n) for node, weights, n in zip(NODES, site_weights, sizes,
+    strategy = fedavg_strategy(initial)
+    replies = [model_reply(node.site_name, weights, n) for node, weights, n in zip(NODES, site_weights, sizes,
                                                                                     strict=True)]
 
     # Execute
@@ -208,10 +46,10 @@ def test_one_round_of_fedavg_equals_weighted_average():
 
 def test_configure_train_sends_the_global_model_and_round_to_every_node():
     # Prepare
-    strategy = _fedavg(w(3.0, 4.0))
+    strategy = fedavg_strategy(w(3.0, 4.0))
 
     # Execute
-    messages = list(strategy.configure_train(6, ArrayRecord(), ConfigRecord(), None))
+    messages = list(strategy.configure_train(6))
 
     # Assert
     assert sorted(m.metadata.dst_node_id for m in messages) == [101, 102, 103]
@@ -226,8 +64,8 @@ def test_scaffold_moves_the_server_control_by_the_mean_delta_over_all_sites():
     # Prepare
     strategy = _scaffold()
     replies = [
-        _train_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
-        _train_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(0.0, 3.0)}),
+        model_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
+        model_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(0.0, 3.0)}),
     ]
 
     # Execute
@@ -243,8 +81,8 @@ def test_scaffold_rejects_a_reply_with_a_nan_control_delta():
     # Prepare
     strategy = _scaffold()
     replies = [
-        _train_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
-        _train_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(np.nan, 3.0)}),
+        model_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
+        model_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(np.nan, 3.0)}),
     ]
 
     # Execute
@@ -263,7 +101,7 @@ def test_scaffold_configure_train_carries_the_server_control():
     strategy.server_control = w(0.5, -0.5)
 
     # Execute
-    messages = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), None))
+    messages = list(strategy.configure_train(1))
 
     # Assert
     assert len(messages) == 3
@@ -274,8 +112,8 @@ def test_scaffold_configure_train_carries_the_server_control():
 def _scaffold_after_one_round() -> ScaffoldStrategy:
     strategy = _scaffold()
     strategy.aggregate_train(1, [
-        _train_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
-        _train_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(0.0, 3.0)}),
+        model_reply("site-a", w(1.0, 2.0), 10, **{records.CONTROL_DELTA: w(3.0, 6.0)}),
+        model_reply("site-b", w(5.0, 6.0), 30, **{records.CONTROL_DELTA: w(0.0, 3.0)}),
     ])
     return strategy
 
@@ -310,7 +148,7 @@ def test_scaffold_state_survives_a_checkpoint_file(tmp_path):
     assert fresh.server_control["w"].dtype == strategy.server_control["w"].dtype
     assert fresh.missed == [(1, "site-c", "no reply")]
     # the resumed strategy continues exactly as the original one
-    round_two = [_train_reply("site-c", w(2.0, 2.0), 20, **{records.CONTROL_DELTA: w(3.0, 3.0)})]
+    round_two = [model_reply("site-c", w(2.0, 2.0), 20, **{records.CONTROL_DELTA: w(3.0, 3.0)})]
     strategy.aggregate_train(2, round_two)
     fresh.aggregate_train(2, round_two)
     np.testing.assert_array_equal(fresh.global_weights["w"], strategy.global_weights["w"])
@@ -323,10 +161,10 @@ def test_scaffold_state_survives_a_checkpoint_file(tmp_path):
                                      {"loss": 1.0, "num-examples": float("nan")}])
 def test_a_reply_without_a_valid_num_examples_is_rejected(metrics):
     # Prepare
-    strategy = _fedavg()
+    strategy = fedavg_strategy()
     bad = reply(NODE["site-c"], {records.GLOBAL: records.to_record(w(9.0, 9.0)),
                                  records.METRICS: records.to_metrics(metrics)})
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10), _train_reply("site-b", w(5.0, 6.0), 30), bad]
+    replies = [model_reply("site-a", w(1.0, 2.0), 10), model_reply("site-b", w(5.0, 6.0), 30), bad]
 
     # Execute
     strategy.aggregate_train(1, replies)
@@ -346,7 +184,7 @@ def test_a_server_optimizer_steps_from_the_average_and_its_moments_survive_a_che
                               server_optimizer=settings)
 
     def round_of(target: float, server_round: int, on: FedAvgStrategy) -> None:
-        on.aggregate_train(server_round, [_train_reply(node.site_name, {"w": np.array([target, target])}, 2)
+        on.aggregate_train(server_round, [model_reply(node.site_name, {"w": np.array([target, target])}, 2)
                                           for node in NODES])
 
     first, resumed = strategy(), strategy()
@@ -386,13 +224,13 @@ def test_averaged_optimizer_state_is_the_sites_average_and_goes_out_with_the_nex
     strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(),
                               server_optimizer=ServerOptimizerSettings(site_weighting=weighting),
                               optimizer_state=w(0.0, 0.0))
-    first = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), None))[0]
-    replies = [_train_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
-               _train_reply("site-b", w(5.0, 6.0), 30, **{records.OPTIMIZER_STATE: w(5.0, 6.0)})]
+    first = list(strategy.configure_train(1))[0]
+    replies = [model_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
+               model_reply("site-b", w(5.0, 6.0), 30, **{records.OPTIMIZER_STATE: w(5.0, 6.0)})]
 
     # Execute
     strategy.aggregate_train(1, replies)
-    second = list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), None))[0]
+    second = list(strategy.configure_train(2))[0]
     restored = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(), optimizer_state=w(0.0, 0.0))
     restored.load_state_dict(strategy.state_dict())
 
@@ -407,8 +245,8 @@ def test_a_reply_without_the_averaged_optimizer_state_is_rejected():
     strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog(), optimizer_state=w(0.0, 0.0))
 
     # Execute
-    strategy.aggregate_train(1, [_train_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
-                                 _train_reply("site-b", w(5.0, 6.0), 30)])
+    strategy.aggregate_train(1, [model_reply("site-a", w(1.0, 2.0), 10, **{records.OPTIMIZER_STATE: w(1.0, 3.0)}),
+                                 model_reply("site-b", w(5.0, 6.0), 30)])
 
     # Assert
     np.testing.assert_array_equal(strategy.global_weights["w"], [1.0, 2.0])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, MessageType
+from flwr.app import MessageType
 from support.server_fakes import NODE, NODES, EvaluationLog, reply, train_metrics
 
 from app_protocol import records
@@ -39,7 +39,7 @@ def test_shared_entries_are_averaged_and_normalization_entries_never_are():
 
     # Execute
     strategy.aggregate_train(1, replies)
-    sent = _sent(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), None))
+    sent = _sent(strategy.configure_train(2))
 
     # Assert: conv = (10 * 1 + 30 * 5 + 20 * 3) / 60; each site gets back its own norm entries
     for site, norm in (("site-a", 2.0), ("site-b", 3.0), ("site-c", 4.0)):
@@ -55,7 +55,7 @@ def test_a_site_that_misses_a_round_keeps_its_normalization_and_gets_the_new_sha
 
     # Execute: only site-b replies in round 2
     strategy.aggregate_train(2, [_train_reply("site-b", _weights(9.0, 0.5), 30)])
-    sent = _sent(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), None))
+    sent = _sent(strategy.configure_train(3))
 
     # Assert
     np.testing.assert_array_equal(sent[NODE["site-a"]]["norm.weight"], [7.0, 7.0])

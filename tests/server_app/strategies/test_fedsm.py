@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, MessageType
-from support.server_fakes import NODE, NODES, EvaluationLog, error_reply, reply, train_metrics, w
+from flwr.app import MessageType
+from support.server_fakes import (
+    LAM,
+    NODE,
+    NODES,
+    SITES,
+    EvaluationLog,
+    error_reply,
+    fedsm_strategy,
+    reply,
+    train_metrics,
+    w,
+)
 
 from app_protocol import records
-from app_protocol.evaluate_messages import encode_models_reply
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.run_files.checkpoint import load_checkpoint, save_checkpoint
 from server_app.round_plan import RoundPlan
 from server_app.strategies.fedsm import FedSMStrategy
 from server_app.strategies.fedsm_extra import FedSMExtraStrategy
-
-SITES = [node.site_name for node in NODES]
-LAM = 0.5  # SoftPull: own model * 0.5, each of the two others * 0.25
-
-
-def _strategy(gamma: float = 0.5, min_replies: int = 1) -> FedSMStrategy:
-    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    fedsm.personalized = {"site-a": w(1.0, 1.0), "site-b": w(2.0, 2.0), "site-c": w(0.0, 4.0)}
-    return FedSMStrategy(fedsm, NODES, RoundPlan(5, 1, min_replies), EvaluationLog(), gamma=gamma)
 
 
 def _train_reply(site: str, glob, personal, selector: float, moment: float, num_examples: int):
@@ -46,7 +47,7 @@ def _replies_of_a_and_b():
 @pytest.mark.parametrize("site_c", ["absent", "nan", "error", "wrong shape"])
 def test_a_site_without_a_valid_reply_keeps_its_personalized_model(site_c):
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     replies = _replies_of_a_and_b()
     if site_c == "nan":
         replies.append(_train_reply("site-c", w(0.0, 0.0), w(np.nan, 1.0), 0.0, 0.0, 20))
@@ -83,7 +84,7 @@ def test_a_site_without_a_valid_reply_keeps_its_personalized_model(site_c):
 
 def test_all_sites_replying_pull_every_personalized_model():
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, 5.0, 40)]
 
     # Execute
@@ -105,7 +106,7 @@ def test_all_sites_replying_pull_every_personalized_model():
 
 def test_a_nan_in_the_selector_rejects_the_whole_reply():
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), np.nan, 5.0, 40)]
 
     # Execute
@@ -121,7 +122,7 @@ def test_a_nan_in_the_selector_rejects_the_whole_reply():
 
 def test_fewer_valid_replies_than_min_replies_leave_the_super_model_unchanged():
     # Prepare
-    strategy = _strategy(min_replies=3)
+    strategy = fedsm_strategy(min_replies=3)
 
     # Execute / Assert
     with pytest.raises(RuntimeError, match="min-replies"):
@@ -135,12 +136,12 @@ def test_fewer_valid_replies_than_min_replies_leave_the_super_model_unchanged():
 
 def test_configure_train_sends_each_node_its_own_personalized_model():
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     strategy.fedsm.global_weights = w(9.0, 9.0)
     strategy.fedsm.selector_optimizer = {"s/exp_avg": np.array([0.25])}
 
     # Execute
-    messages = list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), None))
+    messages = list(strategy.configure_train(3))
 
     # Assert
     own = {101: [1.0, 1.0], 102: [2.0, 2.0], 103: [0.0, 4.0]}
@@ -157,9 +158,9 @@ def test_configure_train_sends_each_node_its_own_personalized_model():
         assert records.PERSONALIZED not in content  # the other sites' models do not travel
 
 
-def _trained_strategy() -> FedSMStrategy:
+def _trainedfedsm_strategy() -> FedSMStrategy:
     """A strategy after one training round (site-c absent) and one evaluation."""
-    strategy = _strategy(gamma=0.3)
+    strategy = fedsm_strategy(gamma=0.3)
     strategy.aggregate_train(1, _replies_of_a_and_b())
     evaluations = [reply(node.node_id, {records.METRICS: records.to_metrics(
         {"dice": 0.5 + node.site_index / 10, "num-images": 2 + node.site_index,
@@ -185,10 +186,10 @@ def _assert_same_state(restored: FedSMStrategy, original: FedSMStrategy) -> None
     assert restored.latest_lists == original.latest_lists
 
 
-def test_state_dict_round_trip_into_a_fresh_strategy():
+def test_state_dict_round_trip_into_a_freshfedsm_strategy():
     # Prepare
-    original = _trained_strategy()
-    fresh = _strategy()
+    original = _trainedfedsm_strategy()
+    fresh = fedsm_strategy()
 
     # Execute
     fresh.load_state_dict(original.state_dict())
@@ -203,10 +204,10 @@ def test_state_dict_round_trip_into_a_fresh_strategy():
 
 def test_state_survives_a_checkpoint_file_and_the_resumed_run_continues_identically(tmp_path):
     # Prepare
-    original = _trained_strategy()
+    original = _trainedfedsm_strategy()
     path = save_checkpoint(tmp_path / "checkpoint.pt", 1, {"seed": 0}, SITES, original.name, original.state_dict(),
                            [(1, "val", "site-a", "dice", 0.5)])
-    fresh = _strategy()
+    fresh = fedsm_strategy()
 
     # Execute
     fresh.load_state_dict(load_checkpoint(path)["state"])
@@ -226,7 +227,7 @@ def test_state_survives_a_checkpoint_file_and_the_resumed_run_continues_identica
 
 def test_evaluation_messages_carry_every_personalized_model_in_node_order():
     # Prepare
-    strategy = _strategy(gamma=0.4)
+    strategy = fedsm_strategy(gamma=0.4)
 
     # Execute
     messages = strategy.evaluation_messages("test")
@@ -244,7 +245,7 @@ def test_evaluation_messages_carry_every_personalized_model_in_node_order():
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_selector_moments_are_not_averaged_into_every_site(bad):
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, bad, 40)]
 
     # Execute
@@ -266,7 +267,7 @@ def _without(message, key: str):
 @pytest.mark.parametrize("problem", ["no moments", "no num-examples", "zero examples"])
 def test_a_malformed_reply_is_rejected_instead_of_stopping_the_run(problem):
     # Prepare
-    strategy = _strategy()
+    strategy = fedsm_strategy()
     site_c = _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, 5.0, 0 if problem == "zero examples" else 40)
     if problem == "no moments":
         site_c = _without(site_c, records.SELECTOR_OPTIMIZER)
@@ -312,174 +313,3 @@ def test_fedsm_extra_rejects_non_finite_selector_moments():
     np.testing.assert_array_equal(strategy.extra_optimizer["e/exp_avg"], [2.0])
     assert [(r, s) for r, s, _ in strategy.missed] == [(3, "site-c")]
     assert "non-finite" in strategy.missed[0][2]
-
-
-class _StatisticsGrid:
-    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs.
-
-    Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
-    """
-
-    def __init__(self, failing: str = "", needs: dict[str, list[int]] | None = None) -> None:
-        self.failing = failing
-        self.needs = needs if needs is not None else {site: [index] for index, site in enumerate(SITES)}
-        self.asked: list[str] = []
-        self.asked_models: list[str] = []
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for message in messages:
-            assert message.metadata.message_type == MessageType.QUERY
-            site = next(node.site_name for node in NODES if node.node_id == message.metadata.dst_node_id)
-            if message.content[records.CONFIG][records.ASK] == records.ASK_MODELS:
-                self.asked_models.append(site)
-                replies.append(reply(message.metadata.dst_node_id, encode_models_reply(self.needs[site]),
-                                     MessageType.QUERY) if site in self.needs else
-                               error_reply(message.metadata.dst_node_id, "no selector", MessageType.QUERY))
-                continue
-            assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
-            self.asked.append(site)
-            if site == self.failing:
-                replies.append(error_reply(message.metadata.dst_node_id, "disk full", MessageType.QUERY))
-                continue
-            # two embeddings per site: mean e_k, spread +-1 along the last axis
-            mean = np.eye(3)[SITES.index(site)]
-            points = np.stack([mean + [0, 0, 1], mean - [0, 0, 1]])
-            sums = {"count": np.array([2.0]), "sum": points.sum(axis=0), "gram": points.T @ points}
-            replies.append(reply(message.metadata.dst_node_id,
-                                 {records.SELECTOR_STATISTICS: records.to_record(sums)}, MessageType.QUERY))
-        return replies
-
-
-def _head_strategy(shrinkage: float | None) -> FedSMStrategy:
-    head = {"classifier.weight": np.zeros((3, 3), dtype=np.float32), "classifier.bias": np.zeros(3, np.float32)}
-    fedsm = FedSM(SITES, w(0.0, 0.0), head, LAM)
-    return FedSMStrategy(fedsm, NODES, RoundPlan(5, 1), EvaluationLog(), gamma=0.5, selector_shrinkage=shrinkage)
-
-
-def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statistics():
-    # Prepare
-    strategy = _head_strategy(shrinkage=0.5)
-    grid = _StatisticsGrid()
-
-    # Execute
-    strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
-
-    # Assert: a head that sends each site's mean embedding to its own site
-    assert sorted(grid.asked) == sorted(SITES)
-    weight = strategy.fedsm.selector_weights["classifier.weight"]
-    bias = strategy.fedsm.selector_weights["classifier.bias"]
-    logits = np.eye(3) @ weight.T + bias
-    assert list(logits.argmax(axis=1)) == [0, 1, 2]
-    assert {row["stage"] for row in strategy.traffic.rows} == {"selector-head", "needed-models"}
-
-
-def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_fitted():
-    # a site's error: the fit needs every site, so nothing changes
-    strategy = _head_strategy(shrinkage=0.5)
-    strategy.prepare_evaluation(_StatisticsGrid(failing="site-b"), 3, timeout=1.0, split="val")
-    np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
-    # selector-head = "trained": no query at all
-    strategy = _head_strategy(shrinkage=None)
-    grid = _StatisticsGrid()
-    strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
-    assert grid.asked == []
-
-
-def _validation_reply(site: str, dice_super: float, sweep: list[float], shares: list[float], images: int):
-    metrics = records.to_metrics({"dice-super": dice_super, "share-global": 0.0, "num-images": images,
-                                  "dice-super-sweep": sweep, "share-global-sweep": shares})
-    return reply(NODE[site], {records.METRICS: metrics}, MessageType.EVALUATE)
-
-
-def test_validation_reports_the_super_model_at_the_gamma_it_chooses():
-    # Prepare: 21 gammas 0.00 .. 1.00. Pooled sweep (a: 1 image, b: 3 images) peaks only at gamma 0.30:
-    # a 0.8 there else 0.6; b 0.7 there else 0.5 -> pooled (0.8 + 2.1) / 4 = 0.725 vs 0.55
-    log = EvaluationLog()
-    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    strategy = FedSMStrategy(fedsm, NODES, RoundPlan(5, 1), log, gamma=0.5, gamma_selection="validation")
-    peak = [i == 6 for i in range(21)]
-    sweep_a, sweep_b = [0.8 if p else 0.6 for p in peak], [0.7 if p else 0.5 for p in peak]
-    shares = [round(0.05 * i, 2) for i in range(21)]  # share routed to global at each gamma
-
-    # Execute
-    strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.6, sweep_a, shares, 1),
-                                           _validation_reply("site-b", 0.5, sweep_b, shares, 3)])
-
-    # Assert: the round is recorded at gamma 0.30, which becomes the run's gamma
-    (server_round, split, per_site), = log.calls
-    assert strategy.gamma == 0.3
-    assert per_site["site-a"]["dice-super"] == 0.8 and per_site["site-b"]["dice-super"] == 0.7
-    assert per_site["site-a"]["share-global"] == 0.3 and per_site["site-a"]["gamma"] == 0.3
-    assert "gamma chosen on validation: 0.30" in strategy.finish_validation()
-
-
-def test_with_a_fixed_gamma_validation_is_reported_at_it():
-    log = EvaluationLog()
-    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    strategy = FedSMStrategy(fedsm, NODES, RoundPlan(5, 1), log, gamma=0.5, gamma_selection="fixed")
-    sweep = [0.9 if i == 6 else 0.1 for i in range(21)]
-
-    strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.1, sweep, [0.0] * 21, 1)])
-
-    assert strategy.gamma == 0.5
-    assert log.calls[0][2]["site-a"]["dice-super"] == 0.1
-
-
-def _per_model_reply(site: str, dice_global: float, gains: list[list[float]], counts: list[list[float]], images: int):
-    """A validation reply with flat sweeps: one gain and count row of 21 gammas per model (3 models)."""
-    metrics = records.to_metrics({
-        "dice-global": dice_global, "dice-super": 0.0, "share-global": 0.0, "num-images": images,
-        "dice-super-sweep": [dice_global] * 21, "share-global-sweep": [1.0] * 21,
-        "routing-gain-sweep": [g for row in gains for g in row],
-        "routed-count-sweep": [c for row in counts for c in row],
-    })
-    return reply(NODE[site], {records.METRICS: metrics}, MessageType.EVALUATE)
-
-
-def test_per_model_gamma_drops_a_personalized_model_that_loses_to_the_global_model():
-    # Prepare: a's model gains +0.4 on a's two images at every gamma below 1.0; b's model loses 0.3 on b's one
-    # image; c's model was never the argmax. Gains and counts per gamma index (0.00 .. 1.00; at 1.00 none routed).
-    log = EvaluationLog()
-    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
-    strategy = FedSMStrategy(fedsm, NODES, RoundPlan(5, 1), log, gamma=0.5, gamma_selection="per-model")
-    below_one = [1.0] * 20 + [0.0]
-    zero = [0.0] * 21
-    a = _per_model_reply("site-a", 0.5, [[0.4 * x for x in below_one], zero, zero],
-                         [[2.0 * x for x in below_one], zero, zero], 2)
-    b = _per_model_reply("site-b", 0.6, [zero, [-0.3 * x for x in below_one], zero], [zero, below_one, zero], 1)
-
-    # Execute
-    strategy.collect_evaluation(5, "val", [a, b])
-
-    # Assert: a's model always (0.0), b's never (1.0), c's falls back to the pooled choice. The pooled curve is
-    # flat here (dice-super-sweep = global everywhere), so that choice is its smallest gamma, 0.0.
-    assert strategy.gamma == (0.0, 1.0, 0.0)
-    (_, _, per_site), = log.calls
-    # a: 0.5 + 0.4 / 2 = 0.7, both images routed; b: its model is dropped, so the global model's 0.6
-    assert per_site["site-a"]["dice-super"] == pytest.approx(0.7) and per_site["site-a"]["share-global"] == 0.0
-    assert per_site["site-b"]["dice-super"] == pytest.approx(0.6) and per_site["site-b"]["share-global"] == 1.0
-    assert per_site["site-b"]["gamma"] == 1.0
-    assert "site-a 0.00, site-b 1.00, site-c 0.00" in strategy.finish_validation()[-1]
-    content = strategy.evaluation_content("test")
-    assert list(content[records.CONFIG]["gamma"]) == [0.0, 1.0, 0.0]
-
-
-def test_each_site_gets_only_the_personalized_models_its_images_need():
-    # Prepare: site-a's images all go to its own model; site-b's to a and c as well; site-c does not answer
-    strategy = _strategy(gamma=0.4)
-    grid = _StatisticsGrid(needs={"site-a": [0], "site-b": [0, 1, 2]})
-
-    # Execute
-    strategy.prepare_evaluation(grid, 5, timeout=1.0, split="test")
-    messages = {m.metadata.dst_node_id: m.content for m in strategy.evaluation_messages("test")}
-
-    # Assert: no selector-head fit before a test evaluation; a: its model only; b: all three; c: all (no answer)
-    assert grid.asked == [] and sorted(grid.asked_models) == sorted(SITES)
-    sent = {site: [k for k, model in enumerate(records.models_from_record(
-        messages[NODE[site]][records.PERSONALIZED], 3, required=[])) if model is not None] for site in SITES}
-    assert sent == {"site-a": [0], "site-b": [0, 1, 2], "site-c": [0, 1, 2]}
-    np.testing.assert_array_equal(records.models_from_record(messages[NODE["site-a"]][records.PERSONALIZED], 3,
-                                                             required=[0])[0]["w"], [1.0, 1.0])
-    assert list(messages[NODE["site-a"]][records.CONFIG]["sent-models"]) == [0]
-    assert "sent-models" not in messages[NODE["site-c"]][records.CONFIG]

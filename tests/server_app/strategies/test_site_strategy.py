@@ -49,17 +49,17 @@ class SpyStrategy(FedAvgStrategy):
         super().__init__(w(0.0, 0.0), NODES, RoundPlan(num_rounds, eval_every, min_replies), self.evaluations)
         self.events = events
 
-    def configure_train(self, server_round, arrays, config, grid):
+    def configure_train(self, server_round):
         self.events.append(("configure_train", server_round))
-        return super().configure_train(server_round, arrays, config, grid)
+        return super().configure_train(server_round)
 
     def aggregate_train(self, server_round, replies):
         self.events.append(("aggregate_train", server_round))
         return super().aggregate_train(server_round, replies)
 
-    def configure_evaluate(self, server_round, arrays, config, grid):
+    def configure_evaluate(self, server_round):
         self.events.append(("configure_evaluate", server_round))
-        return super().configure_evaluate(server_round, arrays, config, grid)
+        return super().configure_evaluate(server_round)
 
     def aggregate_evaluate(self, server_round, replies):
         self.events.append(("aggregate_evaluate", server_round))
@@ -208,7 +208,6 @@ def test_exchange_labels_rows_with_the_given_stage():
 
 def test_every_message_names_the_runs_state_key_and_a_resumed_run_keeps_the_original():
     # Prepare
-    events: list[tuple] = []
     strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(3, 1, state_key="first-run"), EvaluationLog())
     saved = strategy.state_dict()
     resumed = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(3, 1, state_key="second-run"), EvaluationLog())
@@ -218,7 +217,7 @@ def test_every_message_names_the_runs_state_key_and_a_resumed_run_keeps_the_orig
 
     # Assert
     for built in (strategy, resumed):
-        messages = list(built.configure_train(1, None, None, FakeGrid(events)))
+        messages = list(built.configure_train(1))
         assert {records.decode_state_key(m.content) for m in messages} == {"first-run"}
     assert records.decode_state_key(strategy.evaluation_messages("val")[0].content) == "first-run"
 
