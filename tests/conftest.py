@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -34,7 +37,7 @@ def server_process():
 
 @pytest.fixture
 def in_process_app(tmp_path, monkeypatch):
-    """Run the ServerApp against in-process ClientApps (``tests/in_process_grid.py``).
+    """Run the ServerApp against in-process ClientApps (``tests/support/in_process_grid.py``).
 
     Returns ``run(overrides, num_nodes=6, name="runs")`` -> ``(run folder, metrics rows, grid)``;
     each call writes its run folder under ``tmp_path / name`` and the sites keep their state
@@ -50,3 +53,27 @@ def in_process_app(tmp_path, monkeypatch):
         return folder, metrics_rows(folder), grid
 
     return run
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyRuns:
+    """Two in-process FedSM runs on tiny generated sites: ``first`` stops after round 1, ``straight`` runs 2."""
+
+    first: Path
+    straight: Path
+    straight_rows: list
+    site_state: Path  # where the sites keep their state; a run resumed from ``first`` must find it
+
+
+@pytest.fixture(scope="session")
+def tiny_fedsm(tmp_path_factory):
+    """:class:`TinyRuns`, trained once per session for the tests that only read or resume them."""
+    from support.in_process_grid import TINY, metrics_rows, only_run_folder, run_app
+
+    root = tmp_path_factory.mktemp("tiny-fedsm")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDSM_SITE_STATE", str(root / "site-state"))
+        run_app(root / "first", TINY.replace("num-server-rounds=2", "num-server-rounds=1"), 6)
+        run_app(root / "straight", TINY, 6)
+    straight = only_run_folder(root / "straight")
+    return TinyRuns(only_run_folder(root / "first"), straight, metrics_rows(straight), root / "site-state")

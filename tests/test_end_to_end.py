@@ -1,13 +1,15 @@
 """Smoke tests through the real transport: the README's run script (``flwr run .``, a local SuperLink, Ray).
 
 Every strategy, resume and failure path runs in-process (``tests/server_app/test_app_runs.py``);
-these few check that ``flwr run`` carries the same app to the same numbers.
+these two check that ``flwr run`` carries the same app to the same numbers (resumed, on two
+SuperNodes serving six sites), and that a run failing inside the simulation exits non-zero.
 """
 
 from __future__ import annotations
 
 import torch
 from support.flwr_run import finished_run, run_simulation, superlinks
+from support.in_process_grid import TINY
 
 from fedsm_core.algorithms.fedsm.gamma import describe_gamma
 from fedsm_core.run_files.bundle import load_bundle
@@ -17,17 +19,20 @@ SELECTOR_ACCURACY_FLOOR = 0.9  # what a fitted head reaches on the tiny generate
 # Pooled test Dice of the super model after the two tiny rounds: the untrained U-Net scores 0.088 on these
 # images, the two rounds reach 0.147 with these seeds.
 DICE_FLOOR = 0.12
-TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1"
 
 
-def test_two_supernodes_serving_six_sites_give_the_in_process_runs_numbers(tmp_path, in_process_app):
-    # Execute: two simulated SuperNodes, so each serves three sites and keeps their state apart
-    result = run_simulation(tmp_path / "flwr", TINY, NUM_SUPERNODES="2")
-    _, in_process_rows, _ = in_process_app(TINY)
+def test_a_run_resumed_through_flwr_on_two_supernodes_gives_the_uninterrupted_in_process_numbers(tmp_path,
+                                                                                                tiny_fedsm):
+    # Arrange: round 1 ran in-process and stopped there (tiny_fedsm.first); round 2 goes through flwr run on
+    # two simulated SuperNodes, so each serves three sites and finds their state from round 1
 
-    # Assert: the same app through Flower's transport gives the same numbers as six in-process nodes
+    # Execute
+    result = run_simulation(tmp_path / "flwr", f"{TINY} resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'",
+                            NUM_SUPERNODES="2", FEDSM_SITE_STATE=str(tiny_fedsm.site_state))
+
+    # Assert: Flower's transport carries the same app to the same numbers as six in-process nodes, row for row
     folder, rows = finished_run(tmp_path / "flwr", result)
-    assert rows == in_process_rows
+    assert rows == tiny_fedsm.straight_rows
     assert {r["site"] for r in rows if r["split"] == "test"} == {f"site-{i}" for i in range(1, 7)} | {"pooled"}
     # It learned, not just ran: the selector tells the six sites apart (chance: 1/6), Dice rose
     pooled_test = {r["metric"]: float(r["value"]) for r in rows if r["split"] == "test" and r["site"] == "pooled"}
@@ -38,19 +43,6 @@ def test_two_supernodes_serving_six_sites_give_the_in_process_runs_numbers(tmp_p
         folder / "summary.md").read_text()
     assert super_model(torch.rand(2, 3, 32, 32)).shape == (2, 2, 32, 32)
     assert superlinks(tmp_path / "flwr") == ""  # the script stopped the SuperLink it started
-
-
-def test_a_run_resumed_through_flwr_ends_where_the_uninterrupted_run_ends(tmp_path, in_process_app):
-    # Arrange: round 1 in-process, interrupted there; the uninterrupted two rounds, in-process too
-    first, _, _ = in_process_app(TINY.replace("num-server-rounds=2", "num-server-rounds=1"), name="first")
-    _, straight_rows, _ = in_process_app(TINY, name="straight")
-
-    # Execute: round 2 through flwr run, from the checkpoint
-    result = run_simulation(tmp_path / "flwr", f"{TINY} resume-from='{first / CHECKPOINT_FILE}'")
-
-    # Assert
-    _, rows = finished_run(tmp_path / "flwr", result)
-    assert rows == straight_rows
 
 
 def test_a_run_that_fails_inside_flwr_exits_non_zero_with_the_servers_error(tmp_path):

@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.in_process_grid import TINY
 from support.png_sites import write_slice_site
 
 from fedsm_core.run_files.bundle import load_bundle
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
-TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1"
 SITES = {f"site-{i}" for i in range(1, 7)}
 
 
-def test_a_fedsm_run_writes_metrics_summary_report_and_a_super_model_that_learned(in_process_app):
-    # Execute
-    folder, rows, _ = in_process_app(TINY)
+def test_a_fedsm_run_writes_metrics_summary_report_and_a_super_model_that_learned(tiny_fedsm):
+    # Execute: two FedSM rounds (tiny_fedsm.straight)
+    folder, rows = tiny_fedsm.straight, tiny_fedsm.straight_rows
 
     # Assert
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
@@ -53,13 +53,30 @@ def test_scaffold_keeps_control_variates_on_the_nodes_and_saves_the_global_model
     assert "missed" not in (folder / "summary.md").read_text()
 
 
-def test_fedsm_extra_trains_models_then_its_selector_and_saves_a_loadable_bundle(in_process_app):
-    # Execute: 2 model rounds, then 1 selector round
-    folder, rows, grid = in_process_app(TINY + ' strategy="fedsm-extra" extra-rounds=1')
+# FedSM-extra: one model round, then its selector rounds (the model rounds are FedSM's, tested above)
+EXTRA = TINY.replace("num-server-rounds=2", "num-server-rounds=1") + ' strategy="fedsm-extra"'
+
+
+@pytest.fixture(scope="module")
+def fedsm_extra_short(tmp_path_factory):
+    """A finished FedSM-extra run with one selector round: its folder, metrics, log and the sites' state."""
+    from support.in_process_grid import metrics_rows, only_run_folder, run_app
+
+    root = tmp_path_factory.mktemp("fedsm-extra")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDSM_SITE_STATE", str(root / "site-state"))
+        grid = run_app(root / "runs", f"{EXTRA} extra-rounds=1", 6)
+    folder = only_run_folder(root / "runs")
+    return folder, metrics_rows(folder), grid.log, root / "site-state"
+
+
+def test_fedsm_extra_trains_models_then_its_selector_and_saves_a_loadable_bundle(fedsm_extra_short):
+    # Execute: 1 model round, then 1 selector round
+    folder, rows, log, _ = fedsm_extra_short
 
     # Assert
-    assert any("round 3 (extra)" in line for line in grid.log)
-    assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2, 3}
+    assert any("round 2 (extra)" in line for line in log)
+    assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     super_model, _ = load_bundle(folder / "super_model.pt")
     assert super_model.selector_includes_global
     assert super_model.selector(torch.rand(1, 3, 32, 32)).shape == (1, 7)
@@ -127,41 +144,37 @@ def _assert_same_states(left: Path, right: Path, server_round: int) -> None:
         _assert_same_arrays(a["state"][key], b["state"][key], key)
 
 
-def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends(in_process_app):
-    # Arrange: one round, interrupted there
-    first, _, _ = in_process_app(TINY.replace("num-server-rounds=2", "num-server-rounds=1"), name="first")
-    assert load_checkpoint(first / CHECKPOINT_FILE)["round"] == 1
+def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends(tiny_fedsm, in_process_app, monkeypatch):
+    # Arrange: one round, interrupted there (tiny_fedsm.first); the sites' state from it
+    assert load_checkpoint(tiny_fedsm.first / CHECKPOINT_FILE)["round"] == 1
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tiny_fedsm.site_state))
 
-    # Execute: the resume for round 2, and an uninterrupted run
-    resumed, resumed_rows, _ = in_process_app(f"{TINY} resume-from='{first / CHECKPOINT_FILE}'", name="resumed")
-    straight, straight_rows, _ = in_process_app(TINY, name="straight")
+    # Execute: the resume for round 2
+    resumed, resumed_rows, _ = in_process_app(f"{TINY} resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'")
 
-    # Assert: the same state and the same numbers, bit for bit
-    _assert_same_states(resumed, straight, 2)
-    assert resumed_rows == straight_rows
+    # Assert: the same state and the same numbers as the uninterrupted run, bit for bit
+    _assert_same_states(resumed, tiny_fedsm.straight, 2)
+    assert resumed_rows == tiny_fedsm.straight_rows
 
 
-def test_a_resume_with_changed_settings_is_refused_naming_the_change(in_process_app):
-    # Arrange
-    first, _, _ = in_process_app(TINY.replace("num-server-rounds=2", "num-server-rounds=1"), name="first")
-
-    # Execute / Assert
+def test_a_resume_with_changed_settings_is_refused_naming_the_change(tiny_fedsm, in_process_app):
     with pytest.raises(ValueError, match=r"lr: 0.002 -> 0.01"):
-        in_process_app(f"{TINY} lr=0.01 resume-from='{first / CHECKPOINT_FILE}'", name="changed")
+        in_process_app(f"{TINY} lr=0.01 resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'")
 
 
-def test_fedsm_extra_continued_with_more_extra_rounds_ends_where_a_run_of_that_length_ends(in_process_app):
+def test_fedsm_extra_continued_with_more_extra_rounds_ends_where_a_run_of_that_length_ends(
+        fedsm_extra_short, in_process_app, monkeypatch):
     # Arrange: a finished FedSM-extra run with one selector round (the tune's smaller candidate)
-    extra = TINY + ' strategy="fedsm-extra"'
-    short, _, _ = in_process_app(f"{extra} extra-rounds=1", name="short")
+    short, _, _, site_state = fedsm_extra_short
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(site_state))
 
     # Execute: continue it to two selector rounds, and run two selector rounds straight
-    grown, grown_rows, _ = in_process_app(f"{extra} extra-rounds=2 resume-from='{short / CHECKPOINT_FILE}'",
+    grown, grown_rows, _ = in_process_app(f"{EXTRA} extra-rounds=2 resume-from='{short / CHECKPOINT_FILE}'",
                                           name="grown")
-    straight, straight_rows, _ = in_process_app(f"{extra} extra-rounds=2", name="straight")
+    straight, straight_rows, _ = in_process_app(f"{EXTRA} extra-rounds=2", name="straight")
 
     # Assert: the same models and selector, and the same validation and test scores in the last round
-    _assert_same_states(grown, straight, 4)
-    last = {(r["split"], r["site"], r["metric"]): r["value"] for r in straight_rows if r["round"] == "4"}
-    grown_last = {(r["split"], r["site"], r["metric"]): r["value"] for r in grown_rows if r["round"] == "4"}
+    _assert_same_states(grown, straight, 3)
+    last = {(r["split"], r["site"], r["metric"]): r["value"] for r in straight_rows if r["round"] == "3"}
+    grown_last = {(r["split"], r["site"], r["metric"]): r["value"] for r in grown_rows if r["round"] == "3"}
     assert ("val", "pooled", "dice-super") in last and grown_last == last

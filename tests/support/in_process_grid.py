@@ -28,6 +28,8 @@ from server_app.app import main as server_main
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_NODE_ID = 100
+# Two FedSM rounds on tiny generated sites: what the whole-run tests train (seconds, not minutes)
+TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1"
 CLIENT_APP_EXCEPTION = 4  # flwr's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
