@@ -39,12 +39,13 @@ from app_protocol.train_messages import (
 )
 from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
-from client_app.site_state import load_site_state, save_site_state
+from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
+from fedsm_core.algorithms.fedsm.site_round import fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
 from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
@@ -204,25 +205,9 @@ def train_fedsm(job: SiteJob) -> RecordDict:
     settings = job.settings
     if job.method.extra_selector:  # its selector is trained only in the extra rounds
         settings = dataclasses.replace(settings, train_selector=False)
-    # APFL's v_k and alpha_k stay at the site, per site (client_app.site_state)
-    client_state = load_site_state(job.state_key, job.site.name, records.PERSONAL_STATE) or {}
-    payload = decode_fedsm_train(job.request)
-    local_moments = job.config.selector_moments == "local"
-    if local_moments:  # this site's own moments from its previous round, never sent
-        stored = load_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE)
-        payload = dataclasses.replace(payload, selector_optimizer=stored or {})
-    kept = None
-    if job.config.optimizer_state == "local":  # this site's Adams from its previous round, never sent
-        kept = load_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE) or {}
-    update, metrics = train_fedsm_client(payload, job.site_index, job.site.train, job.spec, settings, job.device,
-                                         client_state, kept)
-    if update.client_state:
-        save_site_state(job.state_key, job.site.name, records.PERSONAL_STATE, update.client_state)
-    if update.optimizer_state is not None:
-        save_site_state(job.state_key, job.site.name, records.OPTIMIZER_STATE, update.optimizer_state)
-    if local_moments:
-        save_site_state(job.state_key, job.site.name, records.SELECTOR_MOMENTS_STATE, update.selector_optimizer)
-        update = dataclasses.replace(update, selector_optimizer={})
+    memory = SiteFiles(job.state_key, job.site.name)  # what this site keeps between rounds, on its disk
+    update, metrics = fedsm_site_round(decode_fedsm_train(job.request), job.site_index, job.site.train, job.spec,
+                                       settings, job.device, job.config, memory)
     return encode_fedsm_reply(update, metrics)
 
 

@@ -15,11 +15,15 @@ deployment the file stays on the site's machine, as ``context.state`` did.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from app_protocol import records
+from fedsm_core.algorithms.fedsm.site_round import OPTIMIZER, PERSONAL, SELECTOR_MOMENTS
 
 ROOT_VARIABLE = "FEDSM_SITE_STATE"
 
@@ -48,3 +52,24 @@ def save_site_state(run_id: int | str, site: str, key: str, arrays: dict[str, np
         np.savez(out, **arrays)
     os.replace(temporary, path)
     return path
+
+
+# The file each kind of FedSM site state is kept in (the names runs before the shared site round used)
+FEDSM_STATE_FILES = {PERSONAL: records.PERSONAL_STATE, SELECTOR_MOMENTS: records.SELECTOR_MOMENTS_STATE,
+                     OPTIMIZER: records.OPTIMIZER_STATE}
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteFiles:
+    """A site's FedSM state in its files (:class:`fedsm_core.algorithms.fedsm.site_round.SiteMemory`)."""
+
+    run_key: str
+    site: str
+
+    def load(self, kind: str) -> dict[str, np.ndarray] | None:
+        """The arrays kept under ``kind``, or ``None`` before the first save."""
+        return load_site_state(self.run_key, self.site, FEDSM_STATE_FILES[kind])
+
+    def save(self, kind: str, arrays: dict[str, np.ndarray]) -> None:
+        """Keep ``arrays`` under ``kind`` for the next round."""
+        save_site_state(self.run_key, self.site, FEDSM_STATE_FILES[kind], arrays)

@@ -2,7 +2,7 @@
 
 It composes the core functions the ServerApp and ClientApp call
 (:class:`~fedsm_core.algorithms.fedsm.fedsm.FedSM`,
-:func:`~fedsm_core.algorithms.fedsm.client.train_fedsm_client`,
+:func:`~fedsm_core.algorithms.fedsm.site_round.fedsm_site_round` (the ClientApp's own site round),
 :func:`~fedsm_core.evaluation.super_model_evaluation.evaluate_super_model`) with the same data, model
 initialisation, per-(round, site) seeds
 (:func:`~fedsm_core.algorithms.fedsm.client.round_settings`), validation
@@ -21,10 +21,11 @@ import time
 import torch
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
-from fedsm_core.algorithms.fedsm.client import round_settings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import round_settings
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
+from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -48,10 +49,8 @@ class Federation:
     spec: ModelSpec
     fedsm: FedSM
     device: torch.device
-    # What stays at each site between rounds (APFL's v_k and alpha_k), as the ClientApp keeps it per site
-    client_states: dict[str, dict] = dataclasses.field(default_factory=dict)
-    local_moments: dict[str, dict] = dataclasses.field(default_factory=dict)  # selector-moments = local
-    optimizer_states: dict[str, dict] = dataclasses.field(default_factory=dict)  # optimizer-state = local
+    # What each site keeps between rounds (fedsm_core.algorithms.fedsm.site_round), as the ClientApp keeps it on disk
+    memories: dict[str, DictMemory] = dataclasses.field(default_factory=dict)
 
 
 def _clock(device: torch.device) -> float:
@@ -86,21 +85,9 @@ def train_round(federation: Federation, server_round: int) -> int:
     for index, site in enumerate(federation.sites):
         settings = round_settings(federation.config, server_round, index)
         torch.manual_seed(settings.seed)
-        payload = federation.fedsm.payload_for(site.name)
-        state = federation.client_states.get(site.name, {})
-        local_moments = federation.config.selector_moments == "local"
-        if local_moments:  # as the ClientApp: this site's own moments, never sent
-            payload = dataclasses.replace(payload, selector_optimizer=federation.local_moments.get(site.name, {}))
-        kept = federation.optimizer_states.get(site.name, {}) if federation.config.optimizer_state == "local" else None
-        update, metrics = train_fedsm_client(payload, index, site.train, federation.spec, settings,
-                                             federation.device, state, kept)
-        if update.client_state:
-            federation.client_states[site.name] = update.client_state
-        if update.optimizer_state is not None:
-            federation.optimizer_states[site.name] = update.optimizer_state
-        if local_moments:
-            federation.local_moments[site.name] = update.selector_optimizer
-            update = dataclasses.replace(update, selector_optimizer={})
+        memory = federation.memories.setdefault(site.name, DictMemory())
+        update, metrics = fedsm_site_round(federation.fedsm.payload_for(site.name), index, site.train,
+                                           federation.spec, settings, federation.device, federation.config, memory)
         updates[site.name] = update
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates, server_round)

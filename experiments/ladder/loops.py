@@ -24,6 +24,7 @@ from fedsm_core.algorithms.baselines.scaffold import update_server_control, zero
 from fedsm_core.algorithms.fedsm.client import round_settings
 from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
+from fedsm_core.algorithms.fedsm.site_round import DictMemory
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.analysis.pooled import centralized_settings, concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
@@ -229,8 +230,8 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     state = _checkpoint(folder) or {"round": 0, "curves": {"global": [], "super": []} if routed else {"global": []},
                                     "validation": {}, "seconds": 0.0}
     if state["round"]:
-        federation.fedsm, federation.client_states, federation.local_moments = state["federation"][:3]
-        federation.optimizer_states = state["federation"][3] if len(state["federation"]) > 3 else {}
+        federation.fedsm, kept = state["federation"]
+        federation.memories = {site: DictMemory(dict(arrays)) for site, arrays in kept.items()}
     model = federation.spec.build_segmentation()
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
@@ -244,8 +245,7 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
                 state["validation"], dice = _super_validation(federation)
                 state["curves"]["super"].append((server_round, dice))
         state["seconds"] += time.monotonic() - began
-        state["federation"] = (federation.fedsm, federation.client_states, federation.local_moments,
-                               federation.optimizer_states)
+        state["federation"] = (federation.fedsm, {site: m.kept for site, m in federation.memories.items()})
         if server_round % config.eval_every == 0:
             _save(folder, state)
     set_weights(model, federation.fedsm.global_weights, "global model")
