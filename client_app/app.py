@@ -193,8 +193,7 @@ def train(msg: Message, context: Context) -> Message:
     torch.manual_seed(settings.seed)
     job = SiteJob(request, context, config, _spec(config, info), _load_site(config, context, site_index),
                   site_index, settings, device)
-    trainer = train_extra_selector if request.phase == "selector" else TRAINERS[job.method.family]
-    content = trainer(job)
+    content = SITE_ROUNDS[job.method.site_round](job)
     # The site's own time, which the server sets against the exchange's wall time (timing.csv)
     content[records.METRICS][records.SITE_SECONDS] = time.perf_counter() - began
     return Message(content, reply_to=msg)
@@ -202,9 +201,17 @@ def train(msg: Message, context: Context) -> Message:
 
 def train_fedsm(job: SiteJob) -> RecordDict:
     """FedSM's Algorithm 1 on the local training split."""
-    settings = job.settings
-    if job.method.extra_selector:  # its selector is trained only in the extra rounds
-        settings = dataclasses.replace(settings, train_selector=False)
+    return _fedsm_round(job, job.settings)
+
+
+def train_fedsm_extra(job: SiteJob) -> RecordDict:
+    """FedSM-extra: FedSM's models with the selector frozen, then (phase ``selector``) its K + 1 selector."""
+    if job.request.phase == "selector":
+        return train_extra_selector(job)
+    return _fedsm_round(job, dataclasses.replace(job.settings, train_selector=False))
+
+
+def _fedsm_round(job: SiteJob, settings: TrainSettings) -> RecordDict:
     memory = SiteFiles(job.state_key, job.site.name)  # what this site keeps between rounds, on its disk
     update, metrics = fedsm_site_round(decode_fedsm_train(job.request), job.site_index, job.site.train, job.spec,
                                        settings, job.device, job.config, memory)
@@ -241,7 +248,7 @@ def train_single_model(job: SiteJob) -> RecordDict:
     elif job.config.optimizer_state == "averaged":  # the server's average of the sites' states of last round
         kept = job.request.weights[records.OPTIMIZER_STATE]
     options = GlobalClientOptions(
-        proximal_mu=job.config.proximal_mu if job.method.proximal else 0.0,
+        proximal_mu=job.config.proximal_mu if job.method.adds("proximal") else 0.0,
         server_control=server_control,
         client_control=client_control,
         optimizer_state=kept,
@@ -258,8 +265,8 @@ def train_single_model(job: SiteJob) -> RecordDict:
     return encode_model_reply(update.weights, metrics, update.num_examples, delta, averaged)
 
 
-# The trainer of each family of the table of methods (fedsm_core.methods)
-TRAINERS = {"fedsm": train_fedsm, "global": train_single_model, "site-models": train_single_model}
+# What a site runs each round, by the method's ``site_round`` (fedsm_core.methods.SITE_ROUNDS)
+SITE_ROUNDS = {"single-model": train_single_model, "fedsm": train_fedsm, "fedsm-extra": train_fedsm_extra}
 
 
 @app.evaluate()

@@ -198,12 +198,13 @@ class RunConfig:
     @property
     def uses_amplitude_normalization(self) -> bool:
         """HarmoFL always normalizes amplitudes; other strategies when ``amplitude-normalization`` is set."""
-        return self.amplitude_normalization or method(self.strategy).harmonized
+        return self.amplitude_normalization or method(self.strategy).adds("amplitude-normalization")
 
     @property
     def active_perturbation_alpha(self) -> float:
         """The weight-perturbation radius local training uses (0 = plain steps)."""
-        return self.perturbation_alpha if self.weight_perturbation or method(self.strategy).harmonized else 0.0
+        always = method(self.strategy).adds("weight-perturbation")
+        return self.perturbation_alpha if self.weight_perturbation or always else 0.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:

@@ -1,10 +1,12 @@
 """The table of methods: one row per method, read by every dispatcher.
 
-The run config checks ``strategy`` against it, the ServerApp builds a
-strategy by its ``family``, the ClientApp picks a trainer by ``family``, and
-the experiment scripts take display names, scores and settings from it.
-Adding a method means one row here plus its algorithm file (and, for a new
-family, one builder and one trainer).
+The run config checks ``strategy`` against it, the ServerApp builds the
+strategy its row names (``server``, resolved in ``server_app/strategies/builder.py``),
+the ClientApp runs the site round its row names (``site_round``, resolved in
+``client_app/app.py``), local training adds the terms its row names
+(``local_terms``), and the experiment scripts take display names, scores and
+settings from it. Adding a FedAvg variant means its algorithm file and one row;
+a new kind of server or site round adds one entry to the registry that resolves it.
 
 Families
 --------
@@ -24,6 +26,9 @@ import dataclasses
 from collections.abc import Mapping
 
 FAMILIES = ("global", "fedsm", "site-models")
+SERVERS = ("fedavg", "scaffold", "fedsm", "fedsm-extra", "fedbn")  # server_app.strategies.builder.BUILDERS
+SITE_ROUNDS = ("single-model", "fedsm", "fedsm-extra")  # client_app.app.SITE_ROUNDS
+LOCAL_TERMS = ("proximal", "control-variates", "amplitude-normalization", "weight-perturbation")
 MODEL_FILES = {"global": "global_model.pt", "fedsm": "super_model.pt", "site-models": "site_models"}
 
 
@@ -41,13 +46,16 @@ class Method:
         One of :data:`FAMILIES`: how the server and the clients run it.
     score : str
         The test metric of what it deploys (``dice-global``, ``dice-super``, ...).
-    harmonized : bool
-        HarmoFL: amplitude normalization and weight perturbation always on,
-        whatever ``amplitude-normalization`` and ``weight-perturbation`` say.
-    proximal : bool
-        FedProx: local steps add ``proximal-mu``'s term toward the global model.
-    control_variates : bool
-        SCAFFOLD: server and site control variates correct every local step.
+    server : str
+        The strategy the ServerApp builds for it (one of :data:`SERVERS`).
+    site_round : str
+        What a site runs each round (one of :data:`SITE_ROUNDS`).
+    local_terms : tuple of str
+        What local training always adds (each one of :data:`LOCAL_TERMS`):
+        ``proximal`` (FedProx: ``proximal-mu``'s term toward the global model),
+        ``control-variates`` (SCAFFOLD: the server's and the site's control
+        variates correct every local step), ``amplitude-normalization`` and
+        ``weight-perturbation`` (HarmoFL: on whatever those keys say).
     extra_selector : bool
         FedSM-extra: the selector is trained only in ``extra-rounds`` after the
         models, with ``K + 1`` outputs (the global model is one of them).
@@ -59,16 +67,27 @@ class Method:
     name: str
     display: str
     family: str
+    server: str
+    site_round: str
     score: str = "dice-global"
-    harmonized: bool = False
-    proximal: bool = False
-    control_variates: bool = False
+    local_terms: tuple[str, ...] = ()
     extra_selector: bool = False
     settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"method {self.name}: family '{self.family}' is not one of {list(FAMILIES)}")
+        for field, value, allowed in (("family", self.family, FAMILIES), ("server", self.server, SERVERS),
+                                      ("site_round", self.site_round, SITE_ROUNDS)):
+            if value not in allowed:
+                raise ValueError(f"method {self.name}: {field} '{value}' is not one of {list(allowed)}")
+        unknown = sorted(set(self.local_terms) - set(LOCAL_TERMS))
+        if unknown:
+            raise ValueError(f"method {self.name}: local terms {unknown} are not among {list(LOCAL_TERMS)}")
+
+    def adds(self, term: str) -> bool:
+        """Whether local training always adds ``term`` (one of :data:`LOCAL_TERMS`) for this method."""
+        if term not in LOCAL_TERMS:
+            raise ValueError(f"'{term}' is not a local term; known: {list(LOCAL_TERMS)}")
+        return term in self.local_terms
 
     @property
     def model_file(self) -> str:
@@ -89,17 +108,19 @@ class Method:
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
-        Method("fedsm", "FedSM", "fedsm", score="dice-super"),
-        Method("fedavg", "FedAvg", "global"),
-        Method("fedprox", "FedProx", "global", proximal=True),
-        Method("scaffold", "SCAFFOLD", "global", control_variates=True),
-        Method("fedsm-extra", "FedSM-extra", "fedsm", score="dice-super", extra_selector=True),
-        Method("harmofl", "HarmoFL", "global", harmonized=True),
-        Method("fedbn", "FedBN", "site-models"),
-        Method("fedsm-ampnorm", "FedSM + AmpNorm", "fedsm", score="dice-super",
+        Method("fedsm", "FedSM", "fedsm", "fedsm", "fedsm", score="dice-super"),
+        Method("fedavg", "FedAvg", "global", "fedavg", "single-model"),
+        Method("fedprox", "FedProx", "global", "fedavg", "single-model", local_terms=("proximal",)),
+        Method("scaffold", "SCAFFOLD", "global", "scaffold", "single-model", local_terms=("control-variates",)),
+        Method("fedsm-extra", "FedSM-extra", "fedsm", "fedsm-extra", "fedsm-extra", score="dice-super",
+               extra_selector=True),
+        Method("harmofl", "HarmoFL", "global", "fedavg", "single-model",
+               local_terms=("amplitude-normalization", "weight-perturbation")),
+        Method("fedbn", "FedBN", "site-models", "fedbn", "single-model"),
+        Method("fedsm-ampnorm", "FedSM + AmpNorm", "fedsm", "fedsm", "fedsm", score="dice-super",
                settings={"strategy": "fedsm", "amplitude-normalization": True}),
-        Method("knn-per", "kNN-Per", "global", score="dice-knn-per",  # FedAvg's model, personalized at test time
-               settings={"strategy": "fedavg", "knn-per": True}),
+        Method("knn-per", "kNN-Per", "global", "fedavg", "single-model", score="dice-knn-per",  # FedAvg's model,
+               settings={"strategy": "fedavg", "knn-per": True}),  # personalized at test time
     )
 }
 STRATEGIES = tuple(name for name, method in METHODS.items() if method.is_strategy)

@@ -128,12 +128,12 @@ def round_state(spec: ModelSpec) -> dict:
 def _site_options(config: RunConfig, site: str, state: dict) -> GlobalClientOptions:
     """What a site trains with this round: FedProx's ``mu``, SCAFFOLD's ``c`` and ``c_k``, its kept Adam state."""
     row = method(config.strategy)
-    if row.control_variates and site not in state["client-controls"]:  # c_k starts at zero, as on a node
+    if row.adds("control-variates") and site not in state["client-controls"]:  # c_k starts at zero, as on a node
         state["client-controls"][site] = {k: np.zeros_like(v) for k, v in state["server-control"].items()}
     return GlobalClientOptions(
-        proximal_mu=config.proximal_mu if row.proximal else 0.0,
-        server_control=state["server-control"] if row.control_variates else None,
-        client_control=state["client-controls"][site] if row.control_variates else None,
+        proximal_mu=config.proximal_mu if row.adds("proximal") else 0.0,
+        server_control=state["server-control"] if row.adds("control-variates") else None,
+        client_control=state["client-controls"][site] if row.adds("control-variates") else None,
         optimizer_state={"local": state["optimizer-states"].get(site, {}), "averaged": state["averaged-optimizer"]}.get(
             config.optimizer_state))
 

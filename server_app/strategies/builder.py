@@ -10,7 +10,7 @@ import torch
 
 from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.algorithms.baselines.scaffold import zero_controls
-from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, initial_fedsm
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
 from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.config import RunConfig
@@ -70,18 +70,28 @@ def _initial_model(setup: Setup) -> torch.nn.Module:
 
 
 def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
-    """FedSM, or FedSM-extra when the method trains its selector in extra rounds."""
+    """FedSM: the selector trains with the models every round; gamma, chosen on validation, routes."""
     config, info = setup.config, setup.info
-    pixels = [node.pixels for node in setup.nodes]
-    if setup.method.extra_selector:
-        fedsm, extra_selector = initial_fedsm(config, setup.spec, info.site_names, pixels, extra_spec(setup.spec))
-        strategy: FedSMStrategy = FedSMExtraStrategy(fedsm, extra_selector, config.num_server_rounds, setup.nodes,
-                                                     setup.plan, setup.on_evaluate)
-    else:
-        fedsm, _ = initial_fedsm(config, setup.spec, info.site_names, pixels)
-        shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
-        strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
-                                 gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
+    fedsm, _ = initial_fedsm(config, setup.spec, info.site_names, [node.pixels for node in setup.nodes])
+    shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
+    strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
+                             gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
+    return strategy, _super_model_saver(setup, fedsm, strategy)
+
+
+def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedSM-extra: FedSM's models, then ``extra-rounds`` that train a K + 1-output selector."""
+    config, info = setup.config, setup.info
+    fedsm, extra_selector = initial_fedsm(config, setup.spec, info.site_names, [node.pixels for node in setup.nodes],
+                                          extra_spec(setup.spec))
+    strategy = FedSMExtraStrategy(fedsm, extra_selector, config.num_server_rounds, setup.nodes, setup.plan,
+                                  setup.on_evaluate)
+    return strategy, _super_model_saver(setup, fedsm, strategy)
+
+
+def _super_model_saver(setup: Setup, fedsm: FedSM, strategy: FedSMStrategy) -> Saver:
+    """Saves the super model (FedSM-extra's: its K + 1 selector, no gamma) as a bundle."""
+    config, info = setup.config, setup.info
 
     def save(folder: Path) -> Path:
         extra = setup.extra(strategy.num_rounds, **{"softpull-lambda": config.softpull_lambda,
@@ -95,26 +105,40 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
         personalized = [fedsm.personalized[name] for name in info.site_names]
         return save_bundle(setup.model_path(folder), bundle_info, fedsm.global_weights, personalized, selector)
 
-    return strategy, save
+    return save
 
 
-def _build_single_model(setup: Setup) -> tuple[SiteStrategy, Saver]:
-    """FedAvg and its variants (FedProx and HarmoFL differ at the sites; SCAFFOLD adds control variates)."""
-    config = setup.config
+def _build_fedavg(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """FedAvg and the variants that differ only at the sites (FedProx, HarmoFL: the row's local terms)."""
     model = _initial_model(setup)
-    common = (get_weights(model), setup.nodes, setup.plan, setup.on_evaluate)
-    server = {"server_optimizer": ServerOptimizerSettings.from_run_config(config),
-              "optimizer_state": fresh_adam_state(model) if config.optimizer_state == "averaged" else None}
-    if setup.method.control_variates:
-        strategy: FedAvgStrategy = ScaffoldStrategy(zero_controls(model), *common, **server)
-    else:
-        strategy = FedAvgStrategy(*common, name=setup.method.display, **server)
+    strategy = FedAvgStrategy(get_weights(model), setup.nodes, setup.plan, setup.on_evaluate,
+                              name=setup.method.display, **_server_step(setup, model))
+    return strategy, _global_model_saver(setup, strategy)
+
+
+def _build_scaffold(setup: Setup) -> tuple[SiteStrategy, Saver]:
+    """SCAFFOLD: FedAvg plus the server's control variate, starting at zero."""
+    model = _initial_model(setup)
+    strategy = ScaffoldStrategy(zero_controls(model), get_weights(model), setup.nodes, setup.plan,
+                                setup.on_evaluate, **_server_step(setup, model))
+    return strategy, _global_model_saver(setup, strategy)
+
+
+def _server_step(setup: Setup, model: torch.nn.Module) -> dict[str, object]:
+    """The server optimizer of a single-model strategy, and the Adam state it averages (if any)."""
+    config = setup.config
+    return {"server_optimizer": ServerOptimizerSettings.from_run_config(config),
+            "optimizer_state": fresh_adam_state(model) if config.optimizer_state == "averaged" else None}
+
+
+def _global_model_saver(setup: Setup, strategy: FedAvgStrategy) -> Saver:
+    config = setup.config
 
     def save(folder: Path) -> Path:
         return save_global_model(setup.model_path(folder), setup.spec, setup.info.structures, config.image_size,
                                  strategy.global_weights, setup.extra(strategy.num_rounds, strategy=config.strategy))
 
-    return strategy, save
+    return save
 
 
 def _build_site_models(setup: Setup) -> tuple[SiteStrategy, Saver]:
@@ -134,13 +158,16 @@ def _build_site_models(setup: Setup) -> tuple[SiteStrategy, Saver]:
     return strategy, save
 
 
+# The strategy of each ``server`` name of the table of methods (fedsm_core.methods.SERVERS)
 BUILDERS: dict[str, Callable[[Setup], tuple[SiteStrategy, Saver]]] = {
+    "fedavg": _build_fedavg,
+    "scaffold": _build_scaffold,
     "fedsm": _build_fedsm,
-    "global": _build_single_model,
-    "site-models": _build_site_models,
+    "fedsm-extra": _build_fedsm_extra,
+    "fedbn": _build_site_models,
 }
 
 
 def build_strategy(setup: Setup) -> tuple[SiteStrategy, Saver]:
-    """The strategy of the run's method (by its family in the table of methods) and a function that saves its model."""
-    return BUILDERS[setup.method.family](setup)
+    """The strategy the run's method names (its ``server`` in the table of methods), and its model's saver."""
+    return BUILDERS[setup.method.server](setup)
