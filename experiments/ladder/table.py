@@ -6,7 +6,7 @@ Usage::
         --out experiments/results/ladder/table.md
 
 One section per dataset; one row per (method, rung, model), means over the
-seeds every row of the dataset has finished: client-average and pooled test
+seeds that row has finished (named in its ``seeds`` column): client-average and pooled test
 Dice, the pooled validation Dice at five evenly spaced evaluated rounds, and the
 rounds (centralized: passes) to reach centralized's best validation Dice minus
 one point (``TARGET_DROP``) on that seed, averaged over the seeds that reach it.
@@ -61,30 +61,37 @@ def _mean(values: list[float]) -> str:
 
 
 def section(dataset: str, by_seed: dict[int, dict[Key, dict]]) -> list[str]:
-    """The markdown section of one dataset."""
-    keys = set.intersection(*(set(cells) for cells in by_seed.values()))
-    seeds = sorted(s for s, cells in by_seed.items() if ("centralized", "pooled", "global") in cells)
+    """The markdown section of one dataset: one row per cell, averaged over the seeds that cell has finished.
+
+    A cell's seeds are those on which both it and centralized training (its target) have
+    finished; the ``seeds`` column names them, so a setting run on more seeds (a finalist)
+    sits beside the one-seed grid without hiding it.
+    """
+    reference = ("centralized", "pooled", "global")
+    seeds = sorted(s for s, cells in by_seed.items() if reference in cells)
     if not seeds:
         return [f"## {dataset}", "", "Centralized has not finished on any seed yet.", ""]
     last = max(r for cells in by_seed.values() for cell in cells.values() for r, _ in cell["curve"])
     marks = [round(last * i / 5) for i in range(1, 6)]
-    lines = [f"## {dataset}", "", f"Seeds {', '.join(map(str, seeds))}.", "",
-             "| method | rung | model | client-average test | pooled test | "
+    lines = [f"## {dataset}", "",
+             "| method | rung | model | seeds | client-average test | pooled test | "
              + " | ".join(f"val @{m}" for m in marks) + " | rounds to target |",
-             "|---|---|---|---|---|" + "---|" * len(marks) + "---|"]
+             "|---|---|---|---|---|---|" + "---|" * len(marks) + "---|"]
+    keys = {key for s in seeds for key in by_seed[s]}
     for key in sorted(keys, key=lambda k: (k[0] != "centralized", k[0], RUNG_ORDER.get(k[1], 9), k[2])):
-        cells = [by_seed[s][key] for s in seeds if key in by_seed[s]]
-        targets = [max(d for _, d in by_seed[s][("centralized", "pooled", "global")]["curve"]) - TARGET_DROP
-                   for s in seeds if key in by_seed[s]]
+        have = [s for s in seeds if key in by_seed[s]]
+        cells = [by_seed[s][key] for s in have]
+        targets = [max(d for _, d in by_seed[s][reference]["curve"]) - TARGET_DROP for s in have]
         reached = [rounds_to(c["curve"], t) for c, t in zip(cells, targets, strict=True)]
         hits = [r for r in reached if r is not None]
         to_target = f"{np.mean(hits):.0f}" + (f" ({len(hits)} of {len(reached)} seeds)" if len(hits) < len(reached)
                                               else "") if hits else "not reached"
         client = [np.mean([d for site, d in c["test"].items() if site != POOLED]) for c in cells]
-        lines.append(f"| {' | '.join(key)} | {_mean(client)} | {_mean([c['test'][POOLED] for c in cells])} | "
+        lines.append(f"| {' | '.join(key)} | {', '.join(map(str, have))} | {_mean(client)} | "
+                     f"{_mean([c['test'][POOLED] for c in cells])} | "
                      + " | ".join(_mean([_at(c["curve"], m) for c in cells]) for m in marks) + f" | {to_target} |")
-    return [*lines, "", f"Target: centralized's best pooled validation Dice minus {TARGET_DROP * 100:.0f} point, "
-            "on each seed.", ""]
+    return [*lines, "", "Means over each row's seeds. Target: centralized's best pooled validation Dice minus "
+            f"{TARGET_DROP * 100:.0f} point, on each seed.", ""]
 
 
 def write_table(csv_path: Path, out: Path) -> None:
