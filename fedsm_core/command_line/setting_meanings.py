@@ -248,7 +248,7 @@ MEANINGS: dict[str, str] = {
     ),
     "device": (
         "`auto` (CUDA when present), `cpu` or `cuda`; a node config `device` (e.g. `cuda:1`) wins for that node "
-        "(see Running on GPUs)"
+        "(docs/gpus.md)"
     ),
     "precision": (
         "local-training arithmetic: `auto` (bf16 on a CUDA GPU that supports it, else fp32), `fp32`, `bf16`, "
