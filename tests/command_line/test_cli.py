@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from support.png_sites import prostate_folders, write_fundus_site, write_prostate_site
 
@@ -78,3 +80,15 @@ def test_predict_help_names_every_model_file_it_takes(capsys):
     assert stop.value.code == 0
     assert "super_model.pt" in out and "global_model.pt" in out and "site_models/<site>.pt" in out
     assert "super models only" in out
+
+
+def test_the_fedsm_command_of_pyproject_points_at_the_cli():
+    # The console script a user runs as `fedsm`: a moved module must not leave it dangling
+    import importlib
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    target = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["fedsm"]
+    module, _, function = target.partition(":")
+    assert getattr(importlib.import_module(module), function) is main
