@@ -51,9 +51,7 @@ def fedbn_aggregate(site_weights: Mapping[str, Weights], sizes: Mapping[str, flo
     if not site_weights:
         raise ValueError("fedbn_aggregate: no site weights")
     sites = list(site_weights)
-    shared_keys = [k for k in site_weights[sites[0]] if k not in local]
-    shared = weighted_average([{k: site_weights[s][k] for k in shared_keys} for s in sites],
-                              [sizes[s] for s in sites])
+    shared = weighted_average([shared_part(site_weights[s], local) for s in sites], [sizes[s] for s in sites])
     return {s: {**shared, **{k: v for k, v in site_weights[s].items() if k in local}} for s in sites}
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import numpy as np
 import torch
 import torch.nn as nn
 
@@ -38,9 +35,3 @@ class ProximalTerm(TrainingHook):
             return None
         squared = [((p - self.anchor[name]) ** 2).sum() for name, p in model.named_parameters() if p.requires_grad]
         return 0.5 * self.mu * torch.stack(squared).sum()
-
-
-def proximal_gradient(weights: Mapping[str, np.ndarray], anchor: Mapping[str, np.ndarray],
-                      mu: float) -> dict[str, np.ndarray]:
-    """The term's gradient ``mu * (w - w_global)``, for checks by hand."""
-    return {name: mu * (np.asarray(weights[name]) - np.asarray(anchor[name])) for name in weights}

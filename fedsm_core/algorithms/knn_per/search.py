@@ -74,24 +74,6 @@ def search_torch(
     return torch.cat(distances), torch.cat(indices)
 
 
-def search_faiss(keys: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours with faiss' ``IndexFlatL2``.
-
-    Parameters
-    ----------
-    keys, queries : np.ndarray
-        float32 ``[M, D]`` and ``[Q, D]``.
-    k : int
-        Neighbours per query, ``1 <= k <= M``.
-
-    Returns
-    -------
-    (np.ndarray, np.ndarray)
-        Squared distances ``[Q, k]`` (ascending) and int64 indices ``[Q, k]``.
-    """
-    return FaissIndex(keys).search(queries, k)
-
-
 class FaissIndex:
     """An ``IndexFlatL2`` over fixed keys, built once and searched many times."""
 

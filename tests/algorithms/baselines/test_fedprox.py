@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.baselines.fedprox import ProximalTerm, proximal_gradient
+from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
 from fedsm_core.training.local_update import Learner, train_local
 
 
@@ -17,6 +19,12 @@ def _linear() -> nn.Linear:
         layer.weight.copy_(torch.tensor([[1.0, -2.0]]))
         layer.bias.copy_(torch.tensor([0.5]))
     return layer
+
+
+def proximal_gradient(weights: Mapping[str, np.ndarray], anchor: Mapping[str, np.ndarray],
+                      mu: float) -> dict[str, np.ndarray]:
+    """The term's gradient ``mu * (w - w_global)``, written out: the oracle of the autograd gradient."""
+    return {name: mu * (np.asarray(weights[name]) - np.asarray(anchor[name])) for name in weights}
 
 
 def test_proximal_gradient_matches_hand_computation():
