@@ -45,7 +45,7 @@ from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
-from fedsm_core.algorithms.fedsm.site_round import fedsm_site_round
+from fedsm_core.algorithms.fedsm.site_round import KeptState, fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
 from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
@@ -214,7 +214,7 @@ def train_fedsm_extra(job: SiteJob) -> RecordDict:
 def _fedsm_round(job: SiteJob, settings: TrainSettings) -> RecordDict:
     memory = SiteFiles(job.state_key, job.site.name)  # what this site keeps between rounds, on its disk
     update, metrics = fedsm_site_round(decode_fedsm_train(job.request), job.site_index, job.site.train, job.spec,
-                                       settings, job.device, job.config, memory)
+                                       settings, job.device, KeptState.from_run_config(job.config), memory)
     return encode_fedsm_reply(update, metrics)
 
 

@@ -25,7 +25,7 @@ from fedsm_core.algorithms.fedsm.client import round_settings
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
-from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
+from fedsm_core.algorithms.fedsm.site_round import DictMemory, KeptState, fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -87,7 +87,8 @@ def train_round(federation: Federation, server_round: int) -> int:
         torch.manual_seed(settings.seed)
         memory = federation.memories.setdefault(site.name, DictMemory())
         update, metrics = fedsm_site_round(federation.fedsm.payload_for(site.name), index, site.train,
-                                           federation.spec, settings, federation.device, federation.config, memory)
+                                           federation.spec, settings, federation.device,
+                                           KeptState.from_run_config(federation.config), memory)
         updates[site.name] = update
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates, server_round)

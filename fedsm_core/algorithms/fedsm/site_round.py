@@ -46,6 +46,28 @@ class SiteMemory(Protocol):
         """Keep ``arrays`` under ``kind`` for the next round."""
 
 
+@dataclasses.dataclass(frozen=True)
+class KeptState:
+    """What a site keeps between rounds besides the personalization state.
+
+    Attributes
+    ----------
+    selector_moments : bool
+        The selector's Adam moments stay at the site (``selector-moments = local``).
+    optimizer_state : bool
+        The Adam states of the global copy and personalized model stay at the
+        site (``optimizer-state = local``).
+    """
+
+    selector_moments: bool = True
+    optimizer_state: bool = False
+
+    @classmethod
+    def from_run_config(cls, config: RunConfig) -> KeptState:
+        """The run's ``selector-moments`` and ``optimizer-state``."""
+        return cls(config.selector_moments == "local", config.optimizer_state == "local")
+
+
 @dataclasses.dataclass
 class DictMemory:
     """A site's state in a dictionary (the in-process loop, tests)."""
@@ -62,18 +84,18 @@ class DictMemory:
 
 
 def fedsm_site_round(payload: FedSMPayload, site_index: int, data: SegArrays, spec: ModelSpec,
-                     settings: TrainSettings, device: torch.device, config: RunConfig,
+                     settings: TrainSettings, device: torch.device, keeps: KeptState,
                      memory: SiteMemory) -> tuple[FedSMUpdate, dict[str, float]]:
     """Algorithm 1 at site ``site_index`` from the server's ``payload`` and what ``memory`` kept.
 
-    Returns the update to send, with the selector moments left out under
-    ``selector-moments = local`` (they stay in ``memory``), and the round's
+    Returns the update to send, with the selector moments left out when
+    ``keeps.selector_moments`` (they stay in ``memory``), and the round's
     training metrics.
     """
-    local_moments = config.selector_moments == "local"
+    local_moments = keeps.selector_moments
     if local_moments:  # this site's own moments from its previous round, never sent
         payload = dataclasses.replace(payload, selector_optimizer=memory.load(SELECTOR_MOMENTS) or {})
-    kept = (memory.load(OPTIMIZER) or {}) if config.optimizer_state == "local" else None
+    kept = (memory.load(OPTIMIZER) or {}) if keeps.optimizer_state else None
     update, metrics = train_fedsm_client(payload, site_index, data, spec, settings, device,
                                          memory.load(PERSONAL) or {}, kept)
     if update.client_state:

@@ -7,7 +7,14 @@ import torch
 
 from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
-from fedsm_core.algorithms.fedsm.site_round import OPTIMIZER, PERSONAL, SELECTOR_MOMENTS, DictMemory, fedsm_site_round
+from fedsm_core.algorithms.fedsm.site_round import (
+    OPTIMIZER,
+    PERSONAL,
+    SELECTOR_MOMENTS,
+    DictMemory,
+    KeptState,
+    fedsm_site_round,
+)
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
@@ -30,7 +37,8 @@ def _start():
 def _round(payload, memory, config, seed):
     spec, _, data = _start()
     torch.manual_seed(seed)
-    return fedsm_site_round(payload, 1, data, spec, SETTINGS, torch.device("cpu"), config, memory)
+    return fedsm_site_round(payload, 1, data, spec, SETTINGS, torch.device("cpu"), KeptState.from_run_config(config),
+                            memory)
 
 
 def test_local_state_is_kept_in_memory_and_not_sent_and_round_two_starts_from_it():
