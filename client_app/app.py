@@ -41,14 +41,13 @@ from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
-from fedsm_core.algorithms.fedsm.site_round import KeptState, fedsm_site_round
+from fedsm_core.algorithms.fedsm.site_round import fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
 from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
-from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, training_dataset
@@ -56,7 +55,7 @@ from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, describe_device, select_device, set_cpu_threads
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.methods import METHODS, Method
-from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 from fedsm_core.report.overlays import model_predictor, super_model_predictor
 from fedsm_core.training.precision import resolve_precision
@@ -101,7 +100,7 @@ def _cached_site(dataset: str, held_out: str, paths: tuple[tuple[str, str], ...]
 
 
 def _spec(config: RunConfig, info: DatasetInfo) -> ModelSpec:
-    return run_model_spec(config, len(info.structures), info.num_sites)
+    return config.model_spec(len(info.structures), info.num_sites)
 
 
 @app.query()
@@ -169,7 +168,7 @@ class SiteJob:
     spec: ModelSpec
     site: SiteSplits
     site_index: int
-    settings: TrainSettings
+    settings: RoundSettings
     device: torch.device
 
     @property
@@ -189,7 +188,7 @@ def train(msg: Message, context: Context) -> Message:
     began = time.perf_counter()
     config, info, site_index, device = _setup(msg, context)
     request = decode_train(msg.content)
-    settings = round_settings(config, request.server_round, site_index)
+    settings = config.round_settings(request.server_round, site_index)
     torch.manual_seed(settings.seed)
     job = SiteJob(request, context, config, _spec(config, info), _load_site(config, context, site_index),
                   site_index, settings, device)
@@ -211,10 +210,10 @@ def train_fedsm_extra(job: SiteJob) -> RecordDict:
     return _fedsm_round(job, dataclasses.replace(job.settings, train_selector=False))
 
 
-def _fedsm_round(job: SiteJob, settings: TrainSettings) -> RecordDict:
+def _fedsm_round(job: SiteJob, settings: RoundSettings) -> RecordDict:
     memory = SiteFiles(job.state_key, job.site.name)  # what this site keeps between rounds, on its disk
     update, metrics = fedsm_site_round(decode_fedsm_train(job.request), job.site_index, job.site.train, job.spec,
-                                       settings, job.device, KeptState.from_run_config(job.config), memory)
+                                       settings, job.device, job.config.kept_state, memory)
     return encode_fedsm_reply(update, metrics)
 
 
@@ -299,5 +298,5 @@ def evaluate(msg: Message, context: Context) -> Message:
 def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits,
                 device: torch.device) -> dict[str, float]:
     """kNN-Per on the global model: datastore from the training split, lam from validation, test Dice."""
-    settings = KNNPerSettings.from_run_config(config)
+    settings = config.knn_settings
     return evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)

@@ -21,11 +21,10 @@ import time
 import torch
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
-from fedsm_core.algorithms.fedsm.client import round_settings
-from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate, initial_fedsm
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
-from fedsm_core.algorithms.fedsm.site_round import DictMemory, KeptState, fedsm_site_round
+from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -34,7 +33,7 @@ from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 from fedsm_core.methods import METHODS
-from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.precision import resolve_precision
@@ -71,8 +70,8 @@ def prepare(config: RunConfig) -> Federation:
     set_cpu_threads(config.torch_threads)
     info = training_dataset(config.dataset, config.held_out_site)
     sites = [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
-    fedsm, _ = initial_fedsm(config, spec, info.site_names, [channel_statistics(site.train.images) for site in sites])
+    spec = config.model_spec(len(info.structures), info.num_sites)
+    fedsm, _ = config.start_fedsm(spec, info.site_names, [channel_statistics(site.train.images) for site in sites])
     device = select_device(config.device)
     configure_backends(device, config.deterministic, resolve_precision(config.precision, device))  # as the ClientApp
     return Federation(config, sites, spec, fedsm, device)
@@ -83,12 +82,12 @@ def train_round(federation: Federation, server_round: int) -> int:
     updates: dict[str, FedSMUpdate] = {}
     images = 0
     for index, site in enumerate(federation.sites):
-        settings = round_settings(federation.config, server_round, index)
+        settings = federation.config.round_settings(server_round, index)
         torch.manual_seed(settings.seed)
         memory = federation.memories.setdefault(site.name, DictMemory())
         update, metrics = fedsm_site_round(federation.fedsm.payload_for(site.name), index, site.train,
                                            federation.spec, settings, federation.device,
-                                           KeptState.from_run_config(federation.config), memory)
+                                           federation.config.kept_state, memory)
         updates[site.name] = update
         images += min(len(site.train) * settings.local_epochs, int(metrics["steps"]) * settings.batch_size)
     federation.fedsm.aggregate(updates, server_round)

@@ -29,7 +29,6 @@ from fedsm_core.data.registry import dataset_info, training_dataset
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.methods import METHODS as METHOD_TABLE
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +150,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
     info = dataset_info(config.dataset)
     sites = {name: info.load_site(i, config.image_size, config.data_scale, config.data_seed)
              for i, name in enumerate(info.site_names)}
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     settings = centralized_settings(config, seed)
     epochs = config.num_server_rounds * config.local_epochs
     device = select_device(config.device)

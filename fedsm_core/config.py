@@ -1,34 +1,53 @@
-"""Run configuration: the ``[tool.flwr.app.config]`` keys, parsed once and checked.
+"""Run configuration: the ``[tool.flwr.app.config]`` keys, parsed once and checked before a run starts.
 
 Keys are kebab-case in ``pyproject.toml`` and on the command line
 (``flwr run . --run-config "softpull-lambda=0.5"``); each maps to the snake_case
-field of :class:`RunConfig` with the same name.
+field of :class:`RunConfig` with the same name. The keys stay flat (they are
+the user's interface), but each subsystem owns its own: a field declared with
+:func:`owned` takes its default, its allowed values and its check from that
+subsystem's settings dataclass, and :class:`RunConfig` composes those settings
+(``training_settings``, ``fedsm_settings``, ...) once, when it is built. What
+is checked here is the run's own keys and the rules across subsystems.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
-from fedsm_core.data.augment import AUGMENTATIONS
+from fedsm_core.algorithms.baselines.harmofl_settings import HarmoFLSettings
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, initial_fedsm
+from fedsm_core.algorithms.fedsm.settings import FedSMSettings
+from fedsm_core.algorithms.fedsm.site_round import KeptState
+from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
+from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
+from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
+from fedsm_core.checks import check_choice, check_settings, setting
+from fedsm_core.data.statistics import ChannelStatistics
 from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.methods import STRATEGIES, method
+from fedsm_core.models import segmentation
+from fedsm_core.models.spec import ModelSpec
+from fedsm_core.models.weights import Weights
+from fedsm_core.training.lr_schedule import LRSchedule
+from fedsm_core.training.settings import TrainingSettings
+from fedsm_core.training.stopping_rule import StoppingRule, StoppingSettings
 
 # Also synthetic-fundus-<K> (K generated sites, fedsm_core.data.synthetic_copies) or a federation spec (*.toml)
 DATASETS = ("synthetic-fundus", STYLE_ONLY_DATASET, "synthetic-prostate")
 DEVICES = ("auto", "cpu", "cuda")
-SELECTOR_WEIGHTINGS = ("equal", "size")
-SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
-OPTIMIZER_STATES = ("reset", "local", "averaged")  # a site's Adam for each model it trains: fresh, kept, averaged
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # see fedsm_core.training.precision
-SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
-NORMS = ("auto", "group", "batch")  # "auto": batch for fedbn (its point), group otherwise
-GAMMA_SELECTIONS = ("per-model", "validation", "fixed")
-# see fedsm_core.algorithms.personalization
-PERSONALIZATIONS = ("softpull", "ft", "apfl", "ditto", "perfedavg", "pfedme")
+NORMS = ("auto", *segmentation.NORMS)  # "auto": batch for fedbn (its point), group otherwise
 
 WHERE = "set it in [tool.flwr.app.config] of pyproject.toml or with flwr run --run-config"
+
+
+def owned(owner: type, name: str) -> Any:
+    """A run-config field that belongs to ``owner``'s field ``name``: its default, key and check are the owner's."""
+    field = {f.name: f for f in dataclasses.fields(owner)}[name]
+    return dataclasses.field(default=field.default, metadata={"owner": owner, "field": name})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,142 +58,152 @@ class RunConfig:
     ``docs/configuration.md`` (generated from this class) documents each one.
     """
 
-    num_server_rounds: int = 30
-    strategy: str = "fedsm"
-    dataset: str = "synthetic-fundus"
+    num_server_rounds: int = setting(30, "num-server-rounds", low=1, high=100_000)
+    strategy: str = setting("fedsm", "strategy", choices=STRATEGIES)
+    dataset: str = setting("synthetic-fundus", "dataset", allowed=", ".join(f"`{name}`" for name in DATASETS)
+                           + ", `synthetic-fundus-<K>`, or a federation spec `*.toml`")
     held_out_site: str = ""
-    image_size: int = 64
-    data_scale: float = 0.5
+    image_size: int = setting(64, "image-size", low=32, high=4096, allowed="[32, 4096], a multiple of 32")
+    data_scale: float = setting(0.5, "data-scale", low=1e-3, high=100.0)
     data_seed: int = 0
     seed: int = 0
     encoder: str = "mobilenet_v2"
-    segmentation_norm: str = "auto"
-    batch_size: int = 8
-    local_epochs: int = 1
-    max_local_steps: int = 0
-    local_steps: int = 0
-    augmentation: str = "flip"
-    style_augmentation: float = 0.0
-    lr: float = 2e-3
-    lr_schedule: str = "constant"
-    lr_warmup_rounds: int = 0
-    lr_min_factor: float = 0.0
-    selector_lr: float = 1e-3
-    selector_width: int = 32
-    selector_negatives: bool = True
-    selector_weighting: str = "equal"
-    selector_moments: str = "local"
-    selector_head: str = "fitted"
-    selector_shrinkage: float = 0.1
-    personalization: str = "softpull"
-    apfl_alpha: float = 0.5
-    apfl_alpha_lr: float = 0.01
-    ditto_lambda: float = 0.1
-    perfedavg_alpha: float = 0.01
-    perfedavg_steps: int = 1
-    pfedme_lambda: float = 15.0
-    pfedme_k: int = 5
-    pfedme_eta: float = 0.005
-    softpull_lambda: float = 0.99
-    proximal_mu: float = 0.01
-    server_optimizer: str = "none"
-    server_lr: float = 1.0
-    server_momentum: float = 0.0
-    server_beta1: float = 0.9
-    server_beta2: float = 0.99
-    server_tau: float = 1e-3
-    step_normalization: str = "none"
-    site_weighting: str = "size"
-    optimizer_state: str = "reset"
-    extra_rounds: int = 10
-    amplitude_normalization: bool = False
-    amplitude_decay: float = 0.1
-    amplitude_window: int = 0
-    amplitude_freeze_round: int = 1
-    weight_perturbation: bool = False
-    perturbation_alpha: float = 0.05
+    segmentation_norm: str = setting("auto", "segmentation-norm", choices=NORMS)
+    batch_size: int = owned(TrainingSettings, "batch_size")
+    local_epochs: int = owned(TrainingSettings, "local_epochs")
+    max_local_steps: int = owned(TrainingSettings, "max_local_steps")
+    local_steps: int = owned(TrainingSettings, "local_steps")
+    augmentation: str = owned(TrainingSettings, "augmentation")
+    style_augmentation: float = owned(TrainingSettings, "style_augmentation")
+    lr: float = owned(TrainingSettings, "lr")
+    lr_schedule: str = owned(LRSchedule, "name")
+    lr_warmup_rounds: int = owned(LRSchedule, "warmup_rounds")
+    lr_min_factor: float = owned(LRSchedule, "min_factor")
+    selector_lr: float = owned(FedSMSettings, "selector_lr")
+    selector_width: int = owned(FedSMSettings, "selector_width")
+    selector_negatives: bool = owned(FedSMSettings, "selector_negatives")
+    selector_weighting: str = owned(FedSMSettings, "selector_weighting")
+    selector_moments: str = owned(FedSMSettings, "selector_moments")
+    selector_head: str = owned(FedSMSettings, "selector_head")
+    selector_shrinkage: float = owned(FedSMSettings, "selector_shrinkage")
+    personalization: str = owned(PersonalizationSettings, "method")
+    apfl_alpha: float = owned(PersonalizationSettings, "apfl_alpha")
+    apfl_alpha_lr: float = owned(PersonalizationSettings, "apfl_alpha_lr")
+    ditto_lambda: float = owned(PersonalizationSettings, "ditto_lambda")
+    perfedavg_alpha: float = owned(PersonalizationSettings, "perfedavg_alpha")
+    perfedavg_steps: int = owned(PersonalizationSettings, "perfedavg_steps")
+    pfedme_lambda: float = owned(PersonalizationSettings, "pfedme_lambda")
+    pfedme_k: int = owned(PersonalizationSettings, "pfedme_k")
+    pfedme_eta: float = owned(PersonalizationSettings, "pfedme_eta")
+    softpull_lambda: float = owned(FedSMSettings, "softpull_lambda")
+    proximal_mu: float = setting(0.01, "proximal-mu", low=0.0, high=1e6)
+    server_optimizer: str = owned(ServerOptimizerSettings, "name")
+    server_lr: float = owned(ServerOptimizerSettings, "lr")
+    server_momentum: float = owned(ServerOptimizerSettings, "momentum")
+    server_beta1: float = owned(ServerOptimizerSettings, "beta_1")
+    server_beta2: float = owned(ServerOptimizerSettings, "beta_2")
+    server_tau: float = owned(ServerOptimizerSettings, "tau")
+    step_normalization: str = owned(ServerOptimizerSettings, "step_normalization")
+    site_weighting: str = owned(ServerOptimizerSettings, "site_weighting")
+    optimizer_state: str = owned(TrainingSettings, "optimizer_state")
+    extra_rounds: int = owned(FedSMSettings, "extra_rounds")
+    amplitude_normalization: bool = owned(HarmoFLSettings, "amplitude_normalization")
+    amplitude_decay: float = owned(HarmoFLSettings, "amplitude_decay")
+    amplitude_window: int = owned(HarmoFLSettings, "amplitude_window")
+    amplitude_freeze_round: int = owned(HarmoFLSettings, "amplitude_freeze_round")
+    weight_perturbation: bool = owned(HarmoFLSettings, "weight_perturbation")
+    perturbation_alpha: float = owned(HarmoFLSettings, "perturbation_alpha")
     knn_per: bool = False
-    knn_k: int = 10
-    knn_kernel_scale: float = 1.0
-    knn_capacity: int = 50_000
-    knn_pixels_per_image: int = 256
-    gamma: float = 0.5
-    gamma_selection: str = "validation"
-    eval_every: int = 5
-    stop_window: int = 0
-    stop_min_gain: float = 0.002
-    stop_min_rounds: int = 1
-    stop_check_every: int = 1
-    output_dir: str = "runs"
-    device: str = "auto"
-    precision: str = "auto"
+    knn_k: int = owned(KNNPerSettings, "k")
+    knn_kernel_scale: float = owned(KNNPerSettings, "kernel_scale")
+    knn_capacity: int = owned(KNNPerSettings, "capacity")
+    knn_pixels_per_image: int = owned(KNNPerSettings, "pixels_per_image")
+    gamma: float = owned(FedSMSettings, "gamma")
+    gamma_selection: str = owned(FedSMSettings, "gamma_selection")
+    eval_every: int = setting(5, "eval-every", low=1, high=100_000)
+    stop_window: int = owned(StoppingSettings, "window")
+    stop_min_gain: float = owned(StoppingSettings, "min_gain")
+    stop_min_rounds: int = owned(StoppingSettings, "min_rounds")
+    stop_check_every: int = owned(StoppingSettings, "check_every")
+    output_dir: str = setting("runs", "output-dir", allowed="not empty")
+    device: str = setting("auto", "device", choices=DEVICES)
+    precision: str = owned(TrainingSettings, "precision")
     deterministic: bool = False
-    torch_threads: int = 1
-    round_timeout: float = 3600.0
-    min_replies: int = 1
+    torch_threads: int = setting(1, "torch-threads", low=0, high=1024)
+    round_timeout: float = setting(3600.0, "round-timeout", low=1.0, high=10**7)
+    min_replies: int = setting(1, "min-replies", low=1, high=100_000)
     resume_from: str = ""
 
     def __post_init__(self) -> None:
-        _check_choice("strategy", self.strategy, STRATEGIES)
+        try:
+            self._check()
+        except ValueError as error:
+            raise ValueError(f"{error}; {WHERE}") from None
+
+    def _check(self) -> None:
+        """The run's own keys, every subsystem's settings (each checks itself), then the rules across them."""
+        check_settings(self)
         if not self.dataset.endswith(".toml") and fundus_site_count(self.dataset) is None:
-            _check_choice("dataset", self.dataset, DATASETS)
-        _check_choice("device", self.device, DEVICES)
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
-        _check_choice("segmentation-norm", self.segmentation_norm, NORMS)
-        if method(self.strategy).family == "site-models" and self.segmentation_norm == "group":
-            raise ValueError(
-                "segmentation-norm = 'group' with strategy = 'fedbn': FedBN keeps batch-norm statistics (running mean "
-                "and variance) at each site, and group norm has none, so only its affine parameters would stay "
-                f"local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'; {WHERE}")
-        _check_choice("gamma-selection", self.gamma_selection, GAMMA_SELECTIONS)
-        _check_choice("selector-weighting", self.selector_weighting, SELECTOR_WEIGHTINGS)
-        _check_choice("selector-moments", self.selector_moments, SELECTOR_MOMENTS)
-        _check_choice("selector-head", self.selector_head, SELECTOR_HEADS)
-        _check_choice("optimizer-state", self.optimizer_state, OPTIMIZER_STATES)
-        if self.optimizer_state == "averaged" and method(self.strategy).family != "global":
-            raise ValueError(f"optimizer-state = 'averaged' averages the Adam state of the one model every site "
-                             f"trains alike (FedAvg, FedProx, SCAFFOLD, HarmoFL); strategy = '{self.strategy}' trains "
-                             f"models of the site's own as well. Use 'local' or 'reset'; {WHERE}")
-        _check_range("num-server-rounds", self.num_server_rounds, 1, 100_000)
-        _check_range("image-size", self.image_size, 32, 4096)
+            check_choice("dataset", self.dataset, DATASETS)
         if self.image_size % 32:
-            raise ValueError(f"image-size = {self.image_size} must be a multiple of 32 (U-Net pooling); {WHERE}")
-        _check_range("data-scale", self.data_scale, 1e-3, 100.0)
-        _check_range("batch-size", self.batch_size, 1, 4096)
-        _check_range("local-epochs", self.local_epochs, 1, 1000)
-        _check_range("max-local-steps", self.max_local_steps, 0, 10**9)
-        _check_range("local-steps", self.local_steps, 0, 10**9)
-        _check_range("style-augmentation", self.style_augmentation, 0.0, 1.0)
-        if self.local_steps and (self.local_epochs != 1 or self.max_local_steps):
-            raise ValueError(f"local-steps = {self.local_steps} sets every site's number of minibatches per round by "
-                             f"itself, but local-epochs = {self.local_epochs} and max-local-steps = "
-                             f"{self.max_local_steps} are set too; keep local-epochs = 1 and max-local-steps = 0, "
-                             f"or set local-steps = 0; {WHERE}")
-        _check_range("lr", self.lr, 1e-8, 10.0)
-        _check_range("selector-lr", self.selector_lr, 1e-8, 10.0)
-        _check_range("selector-width", self.selector_width, 1, 512)
-        _check_range("selector-shrinkage", self.selector_shrinkage, 0.0, 1.0)
-        _check_range("softpull-lambda", self.softpull_lambda, 0.0, 1.0)
-        _check_personalization(self)
-        _check_range("proximal-mu", self.proximal_mu, 0.0, 1e6)
-        _check_range("extra-rounds", self.extra_rounds, 1, 100_000)
-        _check_range("amplitude-decay", self.amplitude_decay, 1e-6, 1.0)
-        _check_range("amplitude-window", self.amplitude_window, 0, self.image_size // 2)
-        _check_range("amplitude-freeze-round", self.amplitude_freeze_round, 0, 100_000)
-        _check_range("perturbation-alpha", self.perturbation_alpha, 0.0, 100.0)
-        _check_range("knn-k", self.knn_k, 1, 10_000)
-        _check_range("knn-kernel-scale", self.knn_kernel_scale, 1e-9, 1e9)
-        _check_range("knn-capacity", self.knn_capacity, 1, 10**9)
-        _check_range("knn-pixels-per-image", self.knn_pixels_per_image, 1, 10**8)
-        _check_range("gamma", self.gamma, 0.0, 1.0)
-        _check_range("eval-every", self.eval_every, 1, 100_000)
-        _check_stopping(self)
-        _check_range("torch-threads", self.torch_threads, 0, 1024)
-        _check_range("round-timeout", self.round_timeout, 1.0, 10**7)
-        _check_range("min-replies", self.min_replies, 1, 100_000)
+            raise ValueError(f"image-size = {self.image_size} must be a multiple of 32 (U-Net pooling)")
         if not self.output_dir:
-            raise ValueError(f"output-dir is empty; {WHERE}")
+            raise ValueError("output-dir is empty")
+        # Each subsystem's settings are built here, once (each checks itself), and kept for the run.
+        _ = (self.training_settings, self.fedsm_settings, self.personalization_settings, self.knn_settings,
+             self.harmofl_settings, self.server_settings, self.stopping_rule)
+        _check_across(self)
+
+    def _owned(self, owner: type, **more: Any) -> Any:
+        """``owner``'s settings from this run's fields that belong to it (:func:`owned`), plus ``more``."""
+        values = {f.metadata["field"]: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.metadata.get("owner") is owner}
+        return owner(**values, **more)
+
+    @cached_property
+    def training_settings(self) -> TrainingSettings:
+        """Local training: batch, steps per round, augmentation, learning rate and its schedule, precision."""
+        return self._owned(TrainingSettings, schedule=self._owned(LRSchedule))
+
+    @cached_property
+    def fedsm_settings(self) -> FedSMSettings:
+        """SoftPull's lambda, the selector, gamma and FedSM-extra's selector rounds."""
+        return self._owned(FedSMSettings)
+
+    @cached_property
+    def personalization_settings(self) -> PersonalizationSettings:
+        """How FedSM trains the personalized models."""
+        return self._owned(PersonalizationSettings)
+
+    @cached_property
+    def knn_settings(self) -> KNNPerSettings:
+        """kNN-Per's datastore and search; seeded by the run's ``seed``."""
+        return self._owned(KNNPerSettings, seed=self.seed)
+
+    @cached_property
+    def harmofl_settings(self) -> HarmoFLSettings:
+        """HarmoFL's two halves as this run uses them: ``strategy = "harmofl"`` turns both on."""
+        settings = self._owned(HarmoFLSettings)
+        return dataclasses.replace(
+            settings,
+            amplitude_normalization=settings.amplitude_normalization or method(self.strategy).adds(
+                "amplitude-normalization"),
+            weight_perturbation=settings.weight_perturbation or method(self.strategy).adds("weight-perturbation"))
+
+    @cached_property
+    def server_settings(self) -> ServerOptimizerSettings:
+        """How every shared model moves toward the sites' average."""
+        return self._owned(ServerOptimizerSettings)
+
+    @cached_property
+    def stopping_rule(self) -> StoppingRule | None:
+        """The rule of the ``stop-*`` keys up to ``num-server-rounds``; ``None`` when ``stop-window = 0``."""
+        return self._owned(StoppingSettings).rule(self.num_server_rounds)
+
+    @property
+    def kept_state(self) -> KeptState:
+        """What a FedSM site keeps between rounds: ``selector-moments`` and ``optimizer-state``."""
+        return KeptState(self.selector_moments == "local", self.optimizer_state == "local")
 
     @property
     def model_norm(self) -> str:
@@ -198,13 +227,53 @@ class RunConfig:
     @property
     def uses_amplitude_normalization(self) -> bool:
         """HarmoFL always normalizes amplitudes; other strategies when ``amplitude-normalization`` is set."""
-        return self.amplitude_normalization or method(self.strategy).adds("amplitude-normalization")
+        return self.harmofl_settings.amplitude_normalization
 
     @property
     def active_perturbation_alpha(self) -> float:
         """The weight-perturbation radius local training uses (0 = plain steps)."""
-        always = method(self.strategy).adds("weight-perturbation")
-        return self.perturbation_alpha if self.weight_perturbation or always else 0.0
+        return self.harmofl_settings.active_perturbation_alpha
+
+    def model_spec(self, num_structures: int, num_sites: int) -> ModelSpec:
+        """The models this run's settings define; server, clients and experiments all build them here."""
+        harmofl = self.harmofl_settings
+        return ModelSpec(
+            self.encoder, num_structures, num_sites, self.selector_width, norm=self.model_norm,
+            amplitude_size=self.image_size if harmofl.amplitude_normalization else 0,
+            amplitude_decay=harmofl.amplitude_decay, amplitude_window=harmofl.amplitude_window,
+        )
+
+    def start_fedsm(self, spec: ModelSpec, site_names: Sequence[str], site_pixels: Sequence[ChannelStatistics],
+                    extra_selector_spec: ModelSpec | None = None) -> tuple[FedSM, Weights | None]:
+        """FedSM's start state for this run (:func:`~fedsm_core.algorithms.fedsm.fedsm.initial_fedsm`)."""
+        return initial_fedsm(spec, site_names, site_pixels, seed=self.seed, settings=self.fedsm_settings,
+                             personalization=self.personalization, server_optimizer=self.server_settings,
+                             extra_selector_spec=extra_selector_spec)
+
+    def round_settings(self, server_round: int, site_index: int) -> RoundSettings:
+        """What site ``site_index`` trains with in round ``server_round``; each (round, site) has its own seed.
+
+        ``lr`` follows the run's schedule over ``num-server-rounds``
+        (:mod:`fedsm_core.training.lr_schedule`). With ``local-steps = S`` every
+        site takes exactly ``S`` minibatches
+        (:meth:`~fedsm_core.training.settings.TrainingSettings.epochs_and_steps`).
+        """
+        training = self.training_settings
+        epochs, steps = training.epochs_and_steps()
+        return RoundSettings(
+            batch_size=training.batch_size,
+            local_epochs=epochs,
+            max_local_steps=steps,
+            lr=training.lr_in_round(server_round, self.num_server_rounds),
+            selector_lr=self.selector_lr,
+            seed=self.seed * 1_000_003 + server_round * 101 + site_index,
+            selector_negatives=self.selector_negatives,
+            augmentation=training.augmentation,
+            personalization=self.personalization_settings,
+            perturbation_alpha=self.active_perturbation_alpha,
+            precision=training.precision,
+            style_augmentation=training.style_augmentation,
+        )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -230,41 +299,30 @@ class RunConfig:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def _check_stopping(config: RunConfig) -> None:
-    """The ``stop-*`` keys (``fedsm_core.training.stopping_rule``); ``stop-window = 0`` turns the rule off."""
-    _check_range("stop-window", config.stop_window, 0, 100_000)
-    _check_range("stop-min-gain", config.stop_min_gain, 0.0, 1.0)
-    _check_range("stop-min-rounds", config.stop_min_rounds, 1, config.num_server_rounds)
-    _check_range("stop-check-every", config.stop_check_every, 1, 100_000)
+def _check_across(config: RunConfig) -> None:
+    """The rules that join two subsystems' settings, or a setting and the strategy."""
+    family = method(config.strategy).family
+    if family == "site-models" and config.segmentation_norm == "group":
+        raise ValueError(
+            "segmentation-norm = 'group' with strategy = 'fedbn': FedBN keeps batch-norm statistics (running mean "
+            "and variance) at each site, and group norm has none, so only its affine parameters would stay "
+            "local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'")
+    if config.optimizer_state == "averaged" and family != "global":
+        raise ValueError(f"optimizer-state = 'averaged' averages the Adam state of the one model every site "
+                         f"trains alike (FedAvg, FedProx, SCAFFOLD, HarmoFL); strategy = '{config.strategy}' trains "
+                         f"models of the site's own as well. Use 'local' or 'reset'")
+    if config.personalization != "softpull" and family != "fedsm":
+        raise ValueError(
+            f"personalization = '{config.personalization}' trains FedSM's personalized models, but strategy = "
+            f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'")
+    if config.amplitude_window > config.image_size // 2:
+        raise ValueError(f"amplitude-window = {config.amplitude_window} is outside [0, {config.image_size // 2}] "
+                         f"(half of image-size = {config.image_size})")
     if config.stop_window and method(config.strategy).extra_selector:
         raise ValueError(
             f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "
             "start at num-server-rounds, so the run cannot stop early. Run 'fedsm' with the rule and give "
-            f"'{config.strategy}' the rounds FedSM stopped at, or set stop-window = 0; {WHERE}")
-
-
-def _check_personalization(config: RunConfig) -> None:
-    """The personalization method and its hyper-parameters; ``softpull-lambda`` matters only for ``softpull``."""
-    _check_choice("personalization", config.personalization, PERSONALIZATIONS)
-    if config.personalization != "softpull" and method(config.strategy).family != "fedsm":
-        raise ValueError(
-            f"personalization = '{config.personalization}' trains FedSM's personalized models, but strategy = "
-            f"'{config.strategy}' has none; use strategy 'fedsm' or 'fedsm-extra', or personalization 'softpull'; "
-            f"{WHERE}"
-        )
-    _check_range("apfl-alpha", config.apfl_alpha, 0.0, 1.0)
-    _check_range("apfl-alpha-lr", config.apfl_alpha_lr, 0.0, 10.0)
-    _check_range("ditto-lambda", config.ditto_lambda, 0.0, 1e6)
-    _check_range("perfedavg-alpha", config.perfedavg_alpha, 1e-8, 10.0)
-    _check_range("perfedavg-steps", config.perfedavg_steps, 1, 100)
-    _check_range("pfedme-lambda", config.pfedme_lambda, 0.0, 1e6)
-    _check_range("pfedme-k", config.pfedme_k, 1, 100)
-    _check_range("pfedme-eta", config.pfedme_eta, 0.0, 10.0)
-    if config.pfedme_eta * config.pfedme_lambda > 1.0:
-        raise ValueError(
-            f"pfedme-eta * pfedme-lambda = {config.pfedme_eta} * {config.pfedme_lambda} is above 1: the local model "
-            f"w_k <- w_k - eta * lambda * (w_k - theta) would overshoot theta; lower one of them; {WHERE}"
-        )
+            f"'{config.strategy}' the rounds FedSM stopped at, or set stop-window = 0")
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -282,13 +340,3 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             f"run-config '{key}' = {value!r} has type {type(value).__name__}, expected {expected.__name__}; {WHERE}"
         )
     return value
-
-
-def _check_range(key: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{key} = {value} is outside [{low}, {high}]; {WHERE}")
-
-
-def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key} = '{value}' is not one of {list(choices)}; {WHERE}")

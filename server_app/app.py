@@ -16,12 +16,11 @@ from fedsm_core.command_line.preflight import require_valid_run
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.methods import METHODS
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.report.run_data import OVERLAY_FOLDER
 from fedsm_core.report.run_report import write_report
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.run_files.run_outputs import write_summary
-from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
+from fedsm_core.training.stopping_rule import stops_after, validation_curve
 from server_app.discovery import discover_sites
 from server_app.round_clock import RoundClock
 from server_app.run_folder import SUMMARY_FILE, ProgressReporter, create_run_folder
@@ -43,7 +42,7 @@ def resume(strategy: SiteStrategy, config: RunConfig, sites: tuple[str, ...], re
 
 def stopping_check(config: RunConfig, reporter: ProgressReporter) -> Callable[[int], bool]:
     """Whether the run's stopping rule (the ``stop-*`` keys) ends training after a round; never without one."""
-    rule = run_stopping_rule(config)
+    rule = config.stopping_rule
     score = METHODS[config.strategy].score
     if rule is None:
         return lambda server_round: False
@@ -60,7 +59,7 @@ def main(grid: Grid, context: Context) -> None:
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.total_rounds)
     # The sites keep per-site state under this key; a resumed run takes its original run's key instead
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter, state_key=folder.name))

@@ -7,7 +7,6 @@ import torch.nn as nn
 
 from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.config import RunConfig
-from fedsm_core.models.spec import run_model_spec
 
 
 @pytest.mark.parametrize(("strategy", "norm", "expected"), [
@@ -26,7 +25,7 @@ def test_the_default_config_gives_fedbn_a_batch_norm_unet_whose_running_statisti
     config = RunConfig.from_mapping({"strategy": "fedbn"})
 
     # Execute
-    model = run_model_spec(config, 2, 3).build_segmentation()
+    model = config.model_spec(2, 3).build_segmentation()
 
     # Assert
     kinds = {type(m) for m in model.modules()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings
+from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
 from fedsm_core.config import RunConfig
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -19,11 +19,11 @@ def test_defaults_are_softpull_and_the_settings_mirror_the_keys():
 
     # Execute
     config = RunConfig.from_mapping(values)
-    settings = PersonalizationSettings.from_run_config(config)
+    settings = config.personalization_settings
 
     # Assert
     assert RunConfig().personalization == "softpull"
-    assert PersonalizationSettings.from_run_config(RunConfig()) == PersonalizationSettings()
+    assert RunConfig().personalization_settings == PersonalizationSettings()
     assert (settings.method, settings.pfedme_k, settings.pfedme_lambda, settings.apfl_alpha) == ("pfedme", 3, 2.0, 0.25)
 
 

@@ -2,11 +2,12 @@
 
 The layer order is written here once. Lowest first:
 
-* base utilities and the table of methods (plain data, no algorithm code);
+* base utilities, the table of methods (plain data, no algorithm code) and the checks that
+  every settings dataclass runs;
 * data (sources, preprocessing, augmentation);
-* the run configuration, which checks names against the data's vocabularies;
 * models, then the local-training loop;
-* algorithms (FedSM, baselines, personalization, kNN-Per);
+* algorithms (FedSM, baselines, personalization, kNN-Per), each subsystem with its settings;
+* the run configuration, which composes the subsystems' settings from the flat keys;
 * evaluation (scoring a run's models on a site) and run files (run outputs, checkpoints,
   model files, bundles);
 * analysis (held-out sites, calibration, model scores, pooled training);
@@ -29,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # fedsm_core's root holds only what every layer uses
-    ("fedsm_core.device", "fedsm_core.metrics", "fedsm_core.losses", "fedsm_core.methods", "fedsm_core.__init__"),
+    ("fedsm_core.device", "fedsm_core.metrics", "fedsm_core.losses", "fedsm_core.methods", "fedsm_core.checks",
+     "fedsm_core.__init__"),
     ("fedsm_core.data",),
-    ("fedsm_core.config",),
     ("fedsm_core.models",),
     ("fedsm_core.training",),
     ("fedsm_core.algorithms",),
+    ("fedsm_core.config",),
     ("fedsm_core.evaluation", "fedsm_core.run_files"),
     ("fedsm_core.analysis",),
     ("fedsm_core.inference", "fedsm_core.report", "fedsm_core.command_line"),

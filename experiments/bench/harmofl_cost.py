@@ -24,11 +24,10 @@ from pathlib import Path
 import torch
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
 from fedsm_core.device import select_device, set_cpu_threads
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 
 VARIANTS = {
@@ -45,10 +44,10 @@ def time_variant(settings: dict[str, object], site_index: int, repeats: int) -> 
     set_cpu_threads(config.torch_threads)
     info = dataset_info(config.dataset)
     site = info.load_site(site_index, config.image_size, config.data_scale, config.data_seed)
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     torch.manual_seed(config.seed)
     weights = get_weights(spec.build_segmentation())
-    train = TrainSettings(config.batch_size, config.local_epochs, config.max_local_steps, config.lr,
+    train = RoundSettings(config.batch_size, config.local_epochs, config.max_local_steps, config.lr,
                           config.selector_lr, config.seed, augmentation=config.augmentation,
                           perturbation_alpha=config.active_perturbation_alpha)
     device = select_device(config.device)

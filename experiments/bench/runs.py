@@ -27,7 +27,6 @@ from experiments.runner import launch_run
 from fedsm_core.command_line.simulation_resources import plan_resources, visible_gpu_count
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
 from server_app.traffic import SITE_TRAIN, TIMING_FILE, TRAFFIC_FILE, array_record_bytes
@@ -139,7 +138,7 @@ def model_bytes(settings: dict[str, object]) -> dict[str, int]:
     """
     config = RunConfig.from_mapping(settings)
     info = training_dataset(config.dataset, config.held_out_site)
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     selector = spec.build_selector()
     moments = adam_state_to_arrays(selector, torch.optim.Adam(selector.parameters()))
     return {

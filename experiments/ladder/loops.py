@@ -21,11 +21,9 @@ import torch
 from experiments import in_process
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.baselines.scaffold import update_server_control, zero_controls
-from fedsm_core.algorithms.fedsm.client import round_settings
-from fedsm_core.algorithms.fedsm.fedsm import initial_fedsm
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, pool_sweeps
 from fedsm_core.algorithms.fedsm.site_round import DictMemory
-from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.analysis.pooled import centralized_settings, concat_arrays, pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
@@ -35,7 +33,7 @@ from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.methods import method
-from fedsm_core.models.spec import ModelSpec, run_model_spec
+from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.optimizer_state import fresh_adam_state
@@ -91,7 +89,7 @@ def score(model: torch.nn.Module, sites: list[SiteSplits], split: str, device: t
 def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
     """One Adam over ``num-server-rounds * local-epochs`` passes of the pooled training images."""
     sites, device = load_sites(config), select_device(config.device)
-    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
+    spec = config.model_spec(sites[0].train.masks.shape[1], len(sites))
     settings = centralized_settings(config, config.seed)
     curve: list[tuple[int, float]] = []
     validation = {s.name: s.val for s in sites}
@@ -152,7 +150,7 @@ def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpe
     updates, steps, deltas = [], [], []
     for index, site in enumerate(train_sites):
         options = _site_options(config, site.name, state)
-        update, metrics = train_global_client(weights, site.train, spec, round_settings(config, server_round, index),
+        update, metrics = train_global_client(weights, site.train, spec, config.round_settings(server_round, index),
                                               options, device)
         if config.optimizer_state == "local":
             state["optimizer-states"][site.name] = update.optimizer_state
@@ -174,14 +172,14 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     """FedAvg, FedProx or SCAFFOLD (``strategy``) on the ``rung`` partition, scored on the real sites."""
     sites, device = load_sites(config), select_device(config.device)
     train_sites = repartition(sites, rung, config.data_seed)
-    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(train_sites))
+    spec = config.model_spec(sites[0].train.masks.shape[1], len(train_sites))
     model = spec.build_segmentation()
     state = _checkpoint(folder)
     if state is None:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies.builder)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
     state = {**round_state(spec), **state}  # the ladder's first checkpoints lack some of it
-    optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
+    optimizer = ServerOptimizer(config.server_settings)
     optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1
@@ -202,8 +200,8 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
 
 def _fedsm_federation(config: RunConfig, train_sites: list[SiteSplits], device: torch.device) -> in_process.Federation:
     """The in-process FedSM federation over ``train_sites``, from the app's start state."""
-    spec = run_model_spec(config, train_sites[0].train.masks.shape[1], len(train_sites))
-    fedsm, _ = initial_fedsm(config, spec, [s.name for s in train_sites],
+    spec = config.model_spec(train_sites[0].train.masks.shape[1], len(train_sites))
+    fedsm, _ = config.start_fedsm(spec, [s.name for s in train_sites],
                              [channel_statistics(s.train.images) for s in train_sites])
     return in_process.Federation(config, train_sites, spec, fedsm, device)
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from experiments.paper.comparison_table import comparison_table, write_long_csv
 from experiments.progress import over_runs
 from experiments.runner import launch_run, parse_overrides
-from fedsm_core.config import PERSONALIZATIONS, RunConfig
+from fedsm_core.algorithms.personalization.settings import PERSONALIZATIONS
+from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -41,13 +41,12 @@ import torch
 
 from experiments.progress import over_runs
 from fedsm_core.algorithms.aggregation import weighted_average
-from fedsm_core.algorithms.fedsm.client import round_settings, selector_learner
+from fedsm_core.algorithms.fedsm.client import selector_learner
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics, with_fitted_head
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics, pool_channel_statistics
 from fedsm_core.device import set_cpu_threads
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.local_update import train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays
@@ -80,7 +79,7 @@ def run_variant(config: RunConfig, label: str, variant: str, progress=print) -> 
     """The selector part of ``config.num_server_rounds`` FedSM rounds; accuracy rows of every evaluated round."""
     info = training_dataset(config.dataset, config.held_out_site)
     sites = [info.load_site(i, config.image_size, config.data_scale, config.data_seed) for i in range(info.num_sites)]
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     torch.manual_seed(config.seed)
     spec.build_segmentation()  # the app builds the U-Net first under this seed: the same selector follows
     selector = spec.build_selector()
@@ -91,7 +90,7 @@ def run_variant(config: RunConfig, label: str, variant: str, progress=print) -> 
     for server_round in range(1, config.num_server_rounds + 1):
         replies, sizes = [], []
         for index, site in enumerate(sites):
-            settings = round_settings(config, server_round, index)
+            settings = config.round_settings(server_round, index)
             torch.manual_seed(settings.seed)
             set_weights(selector, weights, "selector")
             start = kept.get(index, {}) if config.selector_moments == "local" else moments

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average, weighted_average
+from fedsm_core.checks import check_settings, setting
 from fedsm_core.models.weights import Weights, check_same_layout
 
 SERVER_OPTIMIZERS = ("none", "momentum", "adam", "yogi")
@@ -50,34 +51,17 @@ class ServerOptimizerSettings:
         test Dice counts them).
     """
 
-    name: str = "none"
-    lr: float = 1.0
-    momentum: float = 0.0
-    beta_1: float = 0.9
-    beta_2: float = 0.99
-    tau: float = 1e-3
-    step_normalization: str = "none"
-    site_weighting: str = "size"
+    name: str = setting("none", "server-optimizer", choices=SERVER_OPTIMIZERS)
+    lr: float = setting(1.0, "server-lr", low=1e-8, high=100.0)
+    momentum: float = setting(0.0, "server-momentum", low=0.0, high=1.0)
+    beta_1: float = setting(0.9, "server-beta1", low=0.0, high=1.0)
+    beta_2: float = setting(0.99, "server-beta2", low=0.0, high=1.0)
+    tau: float = setting(1e-3, "server-tau", low=1e-12, high=10.0)
+    step_normalization: str = setting("none", "step-normalization", choices=STEP_NORMALIZATIONS)
+    site_weighting: str = setting("size", "site-weighting", choices=SITE_WEIGHTINGS)
 
     def __post_init__(self) -> None:
-        if self.name not in SERVER_OPTIMIZERS:
-            raise ValueError(f"server-optimizer = '{self.name}' is not one of {list(SERVER_OPTIMIZERS)}")
-        if self.step_normalization not in STEP_NORMALIZATIONS:
-            raise ValueError(f"step-normalization = '{self.step_normalization}' is not one of "
-                             f"{list(STEP_NORMALIZATIONS)}")
-        if self.site_weighting not in SITE_WEIGHTINGS:
-            raise ValueError(f"site-weighting = '{self.site_weighting}' is not one of {list(SITE_WEIGHTINGS)}")
-        for key, value, low, high in [("server-lr", self.lr, 1e-8, 100.0), ("server-momentum", self.momentum, 0.0, 1.0),
-                                      ("server-beta1", self.beta_1, 0.0, 1.0), ("server-beta2", self.beta_2, 0.0, 1.0),
-                                      ("server-tau", self.tau, 1e-12, 10.0)]:
-            if not low <= value <= high:
-                raise ValueError(f"{key} = {value} is outside [{low}, {high}]")
-
-    @classmethod
-    def from_run_config(cls, config) -> ServerOptimizerSettings:
-        """The settings of a :class:`~fedsm_core.config.RunConfig`."""
-        return cls(config.server_optimizer, config.server_lr, config.server_momentum, config.server_beta1,
-                   config.server_beta2, config.server_tau, config.step_normalization, config.site_weighting)
+        check_settings(self)
 
 
 class ServerOptimizer:

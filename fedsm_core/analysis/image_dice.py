@@ -101,7 +101,7 @@ def deployed_scorer(folder: Path, config: RunConfig, device: torch.device | str 
             load_global_model(folder / "site_models" / f"{site.name}.pt", device)[0], site.test, batch, device)
     model, _ = load_global_model(folder / "global_model.pt", device)
     if config.knn_per:
-        settings = KNNPerSettings.from_run_config(config)
+        settings = config.knn_settings
         return lambda index, site: knn_per_image_dice(model, site, settings, device)
     return lambda index, site: model_image_dice(model, site.test, batch, device)
 

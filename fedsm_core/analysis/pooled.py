@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn
+from fedsm_core.algorithms.fedsm.client import segmentation_batch_fn
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
@@ -22,7 +23,6 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
-from fedsm_core.training.lr_schedule import LRSchedule
 
 EpochCallback = Callable[[int, float], None]
 
@@ -41,7 +41,7 @@ def concat_arrays(parts: Sequence[SegArrays]) -> SegArrays:
 def train_on_arrays(
     spec: ModelSpec,
     data: SegArrays,
-    settings: TrainSettings,
+    settings: RoundSettings,
     epochs: int,
     validation: Mapping[str, SegArrays],
     device: torch.device | str = "cpu",
@@ -85,14 +85,14 @@ def train_on_arrays(
     return model.eval()
 
 
-def centralized_settings(config: RunConfig, seed: int) -> TrainSettings:
+def centralized_settings(config: RunConfig, seed: int) -> RoundSettings:
     """The settings of centralized training: one pass at a time, the sites' batch, lr and augmentation."""
-    return TrainSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
+    return RoundSettings(config.batch_size, 1, config.max_local_steps, config.lr, config.selector_lr, seed,
                          augmentation=config.augmentation, precision=config.precision,
                          style_augmentation=config.style_augmentation)
 
 
 def pass_lr_factor(config: RunConfig) -> Callable[[int], float]:
     """The run's lr schedule over centralized passes: pass ``p`` trains at round ``ceil(p / local-epochs)``'s rate."""
-    schedule = LRSchedule.from_run_config(config)
+    schedule = config.training_settings.schedule
     return lambda epoch: schedule.factor(math.ceil(epoch / config.local_epochs), config.num_server_rounds)

@@ -1,26 +1,26 @@
-"""``docs/configuration.md``, generated from :class:`fedsm_core.config.RunConfig` and its checks.
+"""``docs/configuration.md``, generated from :class:`fedsm_core.config.RunConfig` and the settings it composes.
 
 Usage::
 
     python -m fedsm_core.command_line.configuration_page --out docs/configuration.md
 
-Every key, type and default come from the dataclass's fields; the allowed values
-from the checks in ``fedsm_core/config.py`` (its ``_check_range`` and
-``_check_choice`` calls, read from the source so the page shows exactly what is
-enforced); the meaning from :data:`~fedsm_core.command_line.setting_meanings.MEANINGS`. A key without a meaning, or a
-meaning without a key, is an error, and ``tests/command_line/test_configuration_page.py``
-fails when the committed page is stale.
+Every key, type and default come from :class:`RunConfig`'s fields; the allowed
+values from the field that checks them (:func:`fedsm_core.checks.setting`): the
+run's own, or the owning subsystem's settings dataclass for a key that belongs
+to one, with that subsystem named; the meaning from
+:data:`~fedsm_core.command_line.setting_meanings.MEANINGS`. A key without a
+meaning, or a meaning without a key, is an error, and
+``tests/command_line/test_configuration_page.py`` fails when the committed page
+is stale.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
 from pathlib import Path
 
-from fedsm_core import config as config_module
+from fedsm_core.checks import allowed_values
 from fedsm_core.command_line.setting_meanings import MEANINGS
 from fedsm_core.config import RunConfig
 
@@ -34,36 +34,19 @@ one run (`bash scripts/run-simulation.sh "key=value"` or `flwr run . --run-confi
 The settings are parsed once and checked before a run starts (`fedsm check-config`); a value
 outside its allowed values is refused with the key, the value found and where to fix it.
 
-| key | type | default | allowed | meaning |
-|---|---|---|---|---|
+The settings column names the subsystem whose settings dataclass owns the key (its default and
+its check live there; `RunConfig` composes them), or `run` for the run's own keys.
+
+| key | type | default | allowed | settings | meaning |
+|---|---|---|---|---|---|
 """
 
-def checked_values() -> dict[str, str]:
-    """``key -> allowed values`` from the ``_check_range`` / ``_check_choice`` calls of ``fedsm_core/config.py``."""
-    tree = ast.parse(inspect.getsource(config_module))
-    allowed: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
-                and isinstance(node.args[0], ast.Constant)):
-            continue
-        key = node.args[0].value
-        if node.func.id == "_check_range":
-            low, high = (_readable(arg) for arg in node.args[2:4])
-            allowed[key] = f"[{low}, {high}]"
-        elif node.func.id == "_check_choice":
-            choices = getattr(config_module, ast.unparse(node.args[2]))
-            allowed[key] = ", ".join(f"`{c}`" for c in choices)
-    return allowed
-
-
-def _readable(node: ast.expr) -> str:
-    """A bound as a user reads it: numbers plainly, another setting by its key."""
-    text = ast.unparse(node)
-    for prefix in ("self.", "config."):
-        text = text.replace(prefix, "")
-    if isinstance(node, ast.Constant):
-        return f"{node.value:g}" if isinstance(node.value, float) else str(node.value)
-    return text.replace("_", "-") if isinstance(node, ast.Attribute) else text.replace("_", "-").replace("10 ** ", "1e")
+def checked_field(field: dataclasses.Field) -> tuple[dataclasses.Field, str]:
+    """The field that checks a :class:`RunConfig` key, and the settings class it belongs to (empty: the run's own)."""
+    owner = field.metadata.get("owner")
+    if owner is None:
+        return field, ""
+    return {f.name: f for f in dataclasses.fields(owner)}[field.metadata["field"]], owner.__name__
 
 
 def _default(value: object) -> str:
@@ -81,9 +64,11 @@ def page() -> str:
     if missing or extra:
         raise ValueError(f"MEANINGS does not match RunConfig: keys without a meaning {missing}, meanings without "
                          f"a key {extra}; edit MEANINGS in setting_meanings.py")
-    allowed = checked_values()
-    rows = [f"| `{key}` | {type(field.default).__name__} | {_default(field.default)} | {allowed.get(key, '')} | "
-            f"{MEANINGS[key]} |" for key, field in fields.items()]
+    rows = []
+    for key, field in fields.items():
+        checked, owner = checked_field(field)
+        rows.append(f"| `{key}` | {type(field.default).__name__} | {_default(field.default)} | "
+                    f"{allowed_values(checked)} | {f'`{owner}`' if owner else 'run'} | {MEANINGS[key]} |")
     return HEADER + "\n".join(rows) + "\n"
 
 

@@ -35,12 +35,10 @@ from typing import Any
 import tomllib
 
 from fedsm_core.algorithms.fedsm.softpull import check_lam
-from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.federation import load_federation, locate_spec
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.methods import METHODS
-from fedsm_core.training.lr_schedule import LRSchedule
 
 # flwr's own pattern for --run-config "k=v k2='text'" (flwr.common.config.parse_config_args)
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
@@ -132,18 +130,6 @@ def _file_problems(config: RunConfig) -> list[str]:
     return problems
 
 
-def _settings_problems(config: RunConfig) -> list[str]:
-    """What the subsystems' own settings refuse (each checks itself once)."""
-    problems = []
-    for settings in (ServerOptimizerSettings, LRSchedule):
-        try:
-            settings.from_run_config(config)
-        except ValueError as error:
-            problems.append(f"{error}; set it in [tool.flwr.app.config] of pyproject.toml "
-                            "or with flwr run --run-config")
-    return problems
-
-
 def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False) -> RunCheck:
     """Every problem of a run's settings that can be found without nodes.
 
@@ -159,7 +145,7 @@ def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False
         config = values if isinstance(values, RunConfig) else RunConfig.from_mapping(values)
     except (TypeError, ValueError) as error:
         return RunCheck((), (str(error),))
-    problems = _file_problems(config) + _settings_problems(config)
+    problems = _file_problems(config)
     try:
         info = training_dataset(config.dataset, config.held_out_site)
         problems += _data_problems(config, require_paths)

@@ -6,7 +6,6 @@ import dataclasses
 
 import torch.nn as nn
 
-from fedsm_core.config import RunConfig
 from fedsm_core.models.amplitude import AmplitudeNormalization, AmplitudeNormalized
 from fedsm_core.models.segmentation import build_segmentation_model
 from fedsm_core.models.selector import Selector
@@ -64,12 +63,3 @@ class ModelSpec:
     def to_dict(self) -> dict[str, str | int]:
         """Plain values, for bundles and messages."""
         return dataclasses.asdict(self)
-
-
-def run_model_spec(config: RunConfig, num_structures: int, num_sites: int) -> ModelSpec:
-    """The models a run's settings define; server, clients and experiments all build them here."""
-    return ModelSpec(
-        config.encoder, num_structures, num_sites, config.selector_width, norm=config.model_norm,
-        amplitude_size=config.image_size if config.uses_amplitude_normalization else 0,
-        amplitude_decay=config.amplitude_decay, amplitude_window=config.amplitude_window,
-    )

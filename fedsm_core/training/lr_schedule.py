@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from fedsm_core.checks import check_settings, setting
+
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -29,22 +31,12 @@ class LRSchedule:
         The cosine's floor, as a fraction of ``lr``, reached in the last round.
     """
 
-    name: str = "constant"
-    warmup_rounds: int = 0
-    min_factor: float = 0.0
+    name: str = setting("constant", "lr-schedule", choices=LR_SCHEDULES)
+    warmup_rounds: int = setting(0, "lr-warmup-rounds", low=0, high=100_000)
+    min_factor: float = setting(0.0, "lr-min-factor", low=0.0, high=1.0)
 
     def __post_init__(self) -> None:
-        if self.name not in LR_SCHEDULES:
-            raise ValueError(f"lr-schedule = '{self.name}' is not one of {list(LR_SCHEDULES)}")
-        if not 0 <= self.warmup_rounds <= 100_000:
-            raise ValueError(f"lr-warmup-rounds = {self.warmup_rounds} is outside [0, 100000]")
-        if not 0.0 <= self.min_factor <= 1.0:
-            raise ValueError(f"lr-min-factor = {self.min_factor} is outside [0, 1]")
-
-    @classmethod
-    def from_run_config(cls, config) -> LRSchedule:
-        """The schedule of a :class:`~fedsm_core.config.RunConfig`."""
-        return cls(config.lr_schedule, config.lr_warmup_rounds, config.lr_min_factor)
+        check_settings(self)
 
     def factor(self, server_round: int, total_rounds: int) -> float:
         """The multiplier of ``lr`` in round ``server_round`` (1-based) of ``total_rounds``.

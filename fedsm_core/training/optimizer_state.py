@@ -6,6 +6,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+# A site's Adam state for each model it trains (optimizer-state): fresh every round, kept at the site, or
+# averaged by the server with the weights it belongs to.
+OPTIMIZER_STATES = ("reset", "local", "averaged")
+
 MOMENT_KEYS = ("exp_avg", "exp_avg_sq")
 
 

@@ -31,8 +31,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from fedsm_core.config import PRECISIONS
+from fedsm_core.checks import check_choice
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -45,8 +46,7 @@ def resolve_precision(name: str, device: torch.device | str) -> str:
         An unknown name, or ``bf16`` on a CUDA GPU without bfloat16 support.
     """
     device = torch.device(device)
-    if name not in PRECISIONS:
-        raise ValueError(f"precision = '{name}' is not one of {list(PRECISIONS)}")
+    check_choice("precision", name, PRECISIONS)
     on_cuda = device.type == "cuda"
     if name == "auto":
         return "bf16" if on_cuda and torch.cuda.is_bf16_supported() else "fp32"

@@ -21,7 +21,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
-from fedsm_core.config import RunConfig
+from fedsm_core.checks import check_settings, setting
 
 Curve = Sequence[tuple[int, float]]
 
@@ -52,13 +52,35 @@ class StoppingRule:
         return server_round >= self.min_rounds and (server_round - self.min_rounds) % self.check_every == 0
 
 
-def run_stopping_rule(config: RunConfig) -> StoppingRule | None:
-    """The rule of a run's ``stop-*`` keys, up to ``num-server-rounds``; ``None`` when ``stop-window = 0``."""
-    if not config.stop_window:
-        return None
-    return StoppingRule(min_rounds=config.stop_min_rounds, max_rounds=config.num_server_rounds,
-                        window=config.stop_window, min_gain=config.stop_min_gain,
-                        check_every=config.stop_check_every)
+@dataclasses.dataclass(frozen=True)
+class StoppingSettings:
+    """The ``stop-*`` run-config keys; ``stop-window = 0`` (the default) turns the rule off.
+
+    Attributes
+    ----------
+    window, min_gain, min_rounds, check_every
+        ``stop-window``, ``stop-min-gain``, ``stop-min-rounds`` and
+        ``stop-check-every``: :class:`StoppingRule`'s ``window``, ``min_gain``,
+        ``min_rounds`` and ``check_every``; its ``max_rounds`` is the run's
+        ``num-server-rounds``.
+    """
+
+    window: int = setting(0, "stop-window", low=0, high=100_000)
+    min_gain: float = setting(0.002, "stop-min-gain", low=0.0, high=1.0)
+    min_rounds: int = setting(1, "stop-min-rounds", low=1, high=100_000, allowed="[1, num-server-rounds]")
+    check_every: int = setting(1, "stop-check-every", low=1, high=100_000)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+    def rule(self, max_rounds: int) -> StoppingRule | None:
+        """The rule of a run of at most ``max_rounds`` rounds; ``None`` when ``stop-window = 0``."""
+        if not self.window:
+            return None
+        if self.min_rounds > max_rounds:
+            raise ValueError(f"stop-min-rounds = {self.min_rounds} is outside [1, {max_rounds}] (num-server-rounds)")
+        return StoppingRule(min_rounds=self.min_rounds, max_rounds=max_rounds, window=self.window,
+                            min_gain=self.min_gain, check_every=self.check_every)
 
 
 def gain_over_window(curve: Curve, server_round: int, window: int) -> float:

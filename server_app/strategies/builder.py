@@ -10,9 +10,8 @@ import torch
 
 from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.algorithms.baselines.scaffold import zero_controls
-from fedsm_core.algorithms.fedsm.fedsm import FedSM, initial_fedsm
+from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
-from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import DatasetInfo
 from fedsm_core.methods import METHODS, MODEL_FILES, Method
@@ -72,7 +71,7 @@ def _initial_model(setup: Setup) -> torch.nn.Module:
 def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     """FedSM: the selector trains with the models every round; gamma, chosen on validation, routes."""
     config, info = setup.config, setup.info
-    fedsm, _ = initial_fedsm(config, setup.spec, info.site_names, [node.pixels for node in setup.nodes])
+    fedsm, _ = config.start_fedsm(setup.spec, info.site_names, [node.pixels for node in setup.nodes])
     shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
     strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
                              gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
@@ -82,7 +81,7 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
 def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
     """FedSM-extra: FedSM's models, then ``extra-rounds`` that train a K + 1-output selector."""
     config, info = setup.config, setup.info
-    fedsm, extra_selector = initial_fedsm(config, setup.spec, info.site_names, [node.pixels for node in setup.nodes],
+    fedsm, extra_selector = config.start_fedsm(setup.spec, info.site_names, [node.pixels for node in setup.nodes],
                                           extra_spec(setup.spec))
     strategy = FedSMExtraStrategy(fedsm, extra_selector, config.num_server_rounds, setup.nodes, setup.plan,
                                   setup.on_evaluate)
@@ -127,7 +126,7 @@ def _build_scaffold(setup: Setup) -> tuple[SiteStrategy, Saver]:
 def _server_step(setup: Setup, model: torch.nn.Module) -> dict[str, object]:
     """The server optimizer of a single-model strategy, and the Adam state it averages (if any)."""
     config = setup.config
-    return {"server_optimizer": ServerOptimizerSettings.from_run_config(config),
+    return {"server_optimizer": config.server_settings,
             "optimizer_state": fresh_adam_state(model) if config.optimizer_state == "averaged" else None}
 
 

@@ -10,7 +10,6 @@ import torch
 from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, read_rows, run_sites, site_means, write_image_dice
 from fedsm_core.config import RunConfig
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluate_super_model
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.run_files.bundle import BundleInfo, load_bundle, save_bundle, save_global_model
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, save_checkpoint
@@ -24,7 +23,7 @@ def _run_folder(tmp_path: Path, strategy: str) -> tuple[Path, RunConfig]:
     torch.set_num_threads(1)
     config = RunConfig.from_mapping({"strategy": strategy, "image-size": 32, "data-scale": 0.05, "seed": 3,
                                      "data-seed": 2})
-    spec = run_model_spec(config, len(STRUCTURES), 6)
+    spec = config.model_spec(len(STRUCTURES), 6)
     folder = tmp_path / strategy
     folder.mkdir()
     save_checkpoint(folder / CHECKPOINT_FILE, 1, config.to_mapping(), [f"site-{i}" for i in range(1, 7)],

@@ -12,7 +12,6 @@ from client_app.site import node_identity, site_of_message
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import dataset_info
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 
 TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 1, "selector-width": 4, "batch-size": 4,
@@ -45,7 +44,7 @@ def test_two_sites_on_one_node_keep_their_own_control_variates():
     # Prepare: one node (partition 0 of 2) serves site-1 and site-3
     context = Context(run_id=5, node_id=7, node_config={"partition-id": 0, "num-partitions": 2},
                       state=RecordDict(), run_config=TINY)
-    spec = run_model_spec(RunConfig.from_mapping(TINY), 2, len(NAMES))
+    spec = RunConfig.from_mapping(TINY).model_spec(2, len(NAMES))
     model = spec.build_segmentation()
     content = {records.GLOBAL: records.to_record(get_weights(model)),
                records.CONFIG: records.to_config({"server-round": 1}),

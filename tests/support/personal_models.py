@@ -7,7 +7,8 @@ import dataclasses
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
+from fedsm_core.algorithms.personalization.base import PersonalStart
+from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
 from fedsm_core.models.weights import get_weights
 
 

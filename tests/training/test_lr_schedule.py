@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.analysis.pooled import pass_lr_factor, train_on_arrays
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
@@ -21,7 +21,7 @@ def test_constant_without_warm_up_is_today_s_lr():
     schedule = LRSchedule()
     assert [schedule.factor(r, 10) for r in (1, 5, 10, 11)] == [1.0, 1.0, 1.0, 1.0]
     config = RunConfig.from_mapping({"lr": 0.002})
-    assert round_settings(config, 7, 2).lr == 0.002
+    assert config.round_settings(7, 2).lr == 0.002
 
 
 def test_cosine_with_warm_up_by_hand():
@@ -39,10 +39,10 @@ def test_cosine_with_warm_up_by_hand():
 def test_sites_and_centralized_passes_follow_the_same_curve():
     config = RunConfig.from_mapping({"lr-schedule": "cosine", "lr-warmup-rounds": 1, "num-server-rounds": 6,
                                      "local-epochs": 2, "lr": 0.01})
-    schedule = LRSchedule.from_run_config(config)
+    schedule = config.training_settings.schedule
     per_pass = pass_lr_factor(config)
     for server_round in range(1, 7):
-        assert round_settings(config, server_round, 0).lr == pytest.approx(0.01 * schedule.factor(server_round, 6))
+        assert config.round_settings(server_round, 0).lr == pytest.approx(0.01 * schedule.factor(server_round, 6))
         # each round is two passes at that round's rate
         assert per_pass(2 * server_round - 1) == per_pass(2 * server_round) == schedule.factor(server_round, 6)
 
@@ -61,7 +61,7 @@ def test_centralized_training_applies_the_factor_of_each_pass():
     rng = np.random.default_rng(0)
     data = SegArrays(rng.random((4, 3, 32, 32), dtype=np.float32),
                      (rng.random((4, 1, 32, 32)) > 0.5).astype(np.float32), tuple(f"x/{i}" for i in range(4)))
-    settings = TrainSettings(batch_size=2, local_epochs=1, max_local_steps=0, lr=1e-2, selector_lr=1e-3, seed=0)
+    settings = RoundSettings(batch_size=2, local_epochs=1, max_local_steps=0, lr=1e-2, selector_lr=1e-3, seed=0)
     torch.manual_seed(0)
     start = get_weights(spec.build_segmentation())
 

@@ -10,9 +10,10 @@ import torch
 import torch.nn as nn
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings
+from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
@@ -164,8 +165,8 @@ def _site_data(count: int = 6, size: int = 32) -> SegArrays:
                      tuple(f"x/{i}" for i in range(count)))
 
 
-def _settings(**changes) -> TrainSettings:
-    base = TrainSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=0,
+def _settings(**changes) -> RoundSettings:
+    base = RoundSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=0,
                          precision="bf16")
     return dataclasses.replace(base, **changes)
 

@@ -10,7 +10,6 @@ from fedsm_core.config import RunConfig
 from fedsm_core.training.stopping_rule import (
     StoppingRule,
     gain_over_window,
-    run_stopping_rule,
     stopping_round,
     stops_after,
     validation_curve,
@@ -92,10 +91,10 @@ def test_the_curve_is_the_pooled_validation_score_and_falls_back_to_the_global_m
 
 
 def test_the_stop_keys_set_the_rule_up_to_num_server_rounds_and_zero_turns_it_off():
-    assert run_stopping_rule(RunConfig()) is None
+    assert RunConfig().stopping_rule is None
     config = RunConfig.from_mapping({"num-server-rounds": 150, "stop-window": 20, "stop-min-rounds": 60,
                                      "stop-check-every": 10, "stop-min-gain": 0.002})
-    assert run_stopping_rule(config) == RULE
+    assert config.stopping_rule == RULE
 
 
 @pytest.mark.parametrize(("values", "match"), [

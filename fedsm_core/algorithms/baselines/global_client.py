@@ -13,7 +13,8 @@ import torch
 
 from fedsm_core.algorithms.baselines.fedprox import ProximalTerm
 from fedsm_core.algorithms.baselines.scaffold import ScaffoldCorrection
-from fedsm_core.algorithms.fedsm.client import TrainSettings, segmentation_batch_fn, segmentation_hooks
+from fedsm_core.algorithms.fedsm.client import segmentation_batch_fn, segmentation_hooks
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
@@ -57,7 +58,7 @@ def train_global_client(
     global_weights: Weights,
     data: SegArrays,
     spec: ModelSpec,
-    settings: TrainSettings,
+    settings: RoundSettings,
     options: GlobalClientOptions,
     device: torch.device,
 ) -> tuple[GlobalUpdate, dict[str, float]]:

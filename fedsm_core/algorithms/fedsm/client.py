@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings, PersonalStart
+from fedsm_core.algorithms.personalization.base import PersonalStart
 from fedsm_core.algorithms.personalization.registry import personalization
-from fedsm_core.config import RunConfig
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style, restyled_batch
 from fedsm_core.losses import soft_dice_loss
@@ -19,7 +17,6 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import BatchFn, Learner, TrainingHook, segmentation_batch, train_on_split
-from fedsm_core.training.lr_schedule import LRSchedule
 from fedsm_core.training.optimizer_state import (
     adam_state_to_arrays,
     learners_state_to_arrays,
@@ -27,52 +24,6 @@ from fedsm_core.training.optimizer_state import (
     load_learners_state,
 )
 from fedsm_core.training.weight_perturbation import WeightPerturbation
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSettings:
-    """Local-training settings sent by the server each round."""
-
-    batch_size: int
-    local_epochs: int
-    max_local_steps: int
-    lr: float
-    selector_lr: float
-    seed: int
-    selector_negatives: bool = True
-    train_selector: bool = True
-    augmentation: str = "flip"
-    personalization: PersonalizationSettings = dataclasses.field(default_factory=PersonalizationSettings)
-    perturbation_alpha: float = 0.0
-    precision: str = "fp32"
-    style_augmentation: float = 0.0
-
-
-def round_settings(config: RunConfig, server_round: int, site_index: int) -> TrainSettings:
-    """The settings of site ``site_index`` in round ``server_round``; each (round, site) has its own seed.
-
-    ``lr`` follows the run's schedule over rounds (:mod:`fedsm_core.training.lr_schedule`).
-    With ``local-steps = S`` every site takes exactly ``S`` minibatches, as many
-    passes over its images as that needs (each pass yields at least one, so
-    ``S`` passes capped at ``S`` steps), instead of one pass of its own length.
-    """
-    schedule = LRSchedule.from_run_config(config)
-    epochs, steps = (config.local_steps, config.local_steps) if config.local_steps else \
-        (config.local_epochs, config.max_local_steps)
-    return TrainSettings(
-        batch_size=config.batch_size,
-        local_epochs=epochs,
-        max_local_steps=steps,
-        lr=config.lr * schedule.factor(server_round, config.num_server_rounds),
-        selector_lr=config.selector_lr,
-        seed=config.seed * 1_000_003 + server_round * 101 + site_index,
-        selector_negatives=config.selector_negatives,
-        augmentation=config.augmentation,
-        personalization=PersonalizationSettings.from_run_config(config),
-        perturbation_alpha=config.active_perturbation_alpha,
-        precision=config.precision,
-        style_augmentation=config.style_augmentation,
-    )
 
 
 def site_batch(site_index: int, num_sites: int, negatives: bool, generator: torch.Generator | None = None):
@@ -102,7 +53,7 @@ def train_fedsm_client(
     site_index: int,
     data: SegArrays,
     spec: ModelSpec,
-    settings: TrainSettings,
+    settings: RoundSettings,
     device: torch.device,
     client_state: Weights | None = None,
     optimizer_state: Weights | None = None,
@@ -172,7 +123,7 @@ def train_fedsm_client(
 
 
 def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num_sites: int,
-                     settings: TrainSettings) -> Learner:
+                     settings: RoundSettings) -> Learner:
     """The selector's learner at site ``k``.
 
     Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`.
@@ -184,12 +135,12 @@ def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num
                    site_batch(site_index, num_sites, settings.selector_negatives, style_generator))
 
 
-def segmentation_hooks(settings: TrainSettings) -> list[TrainingHook]:
+def segmentation_hooks(settings: RoundSettings) -> list[TrainingHook]:
     """Hooks every segmentation learner gets: HarmoFL's weight perturbation when ``perturbation_alpha > 0``."""
     return [WeightPerturbation(settings.perturbation_alpha)] if settings.perturbation_alpha > 0 else []
 
 
-def segmentation_batch_fn(settings: TrainSettings) -> BatchFn:
+def segmentation_batch_fn(settings: RoundSettings) -> BatchFn:
     """The batch function of every segmentation learner: the batch as it is, or restyled (``style-augmentation``).
 
     Each learner gets its own generator from the same seed, so FedSM's global

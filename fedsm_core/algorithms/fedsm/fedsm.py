@@ -11,10 +11,11 @@ import torch
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics, with_fitted_head
+from fedsm_core.algorithms.fedsm.settings import SELECTOR_WEIGHTINGS, FedSMSettings
 from fedsm_core.algorithms.fedsm.softpull import check_lam
 from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
-from fedsm_core.config import SELECTOR_WEIGHTINGS, RunConfig
+from fedsm_core.checks import check_choice
 from fedsm_core.data.statistics import ChannelStatistics, pool_channel_statistics
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, check_same_layout, get_weights
@@ -109,8 +110,7 @@ class FedSM:
         personalization: str = "softpull",
         server_optimizer: ServerOptimizerSettings | None = None,
     ) -> None:
-        if selector_weighting not in SELECTOR_WEIGHTINGS:
-            raise ValueError(f"selector-weighting = '{selector_weighting}' is not one of {list(SELECTOR_WEIGHTINGS)}")
+        check_choice("selector-weighting", selector_weighting, SELECTOR_WEIGHTINGS)
         self.selector_weighting = selector_weighting
         if len(set(site_names)) != len(site_names) or not site_names:
             raise ValueError(f"FedSM needs distinct, non-empty site names, got {list(site_names)}")
@@ -191,10 +191,14 @@ class FedSM:
 
 
 def initial_fedsm(
-    config: RunConfig,
     spec: ModelSpec,
     site_names: Sequence[str],
     site_pixels: Sequence[ChannelStatistics],
+    *,
+    seed: int,
+    settings: FedSMSettings,
+    personalization: str = "softpull",
+    server_optimizer: ServerOptimizerSettings | None = None,
     extra_selector_spec: ModelSpec | None = None,
 ) -> tuple[FedSM, Weights | None]:
     """The start state of a FedSM run: the one builder the ServerApp and the in-process loop share.
@@ -206,6 +210,14 @@ def initial_fedsm(
 
     Parameters
     ----------
+    seed : int
+        The run's ``seed``.
+    settings : FedSMSettings
+        SoftPull's ``lambda`` and the selector's weighting.
+    personalization : str
+        The personalization method's name.
+    server_optimizer : ServerOptimizerSettings, optional
+        How the global model moves toward the sites' average; plain averaging when omitted.
     extra_selector_spec : ModelSpec, optional
         FedSM-extra: the spec of its ``K + 1``-output selector, drawn (and
         normalised) right after the U-Net and returned as the second value;
@@ -215,7 +227,7 @@ def initial_fedsm(
     -------
     (FedSM, extra selector weights or None)
     """
-    torch.manual_seed(config.seed)
+    torch.manual_seed(seed)
     model = spec.build_segmentation()
     pixels = pool_channel_statistics(list(site_pixels))
     extra = None
@@ -226,6 +238,6 @@ def initial_fedsm(
     selector = spec.build_selector()
     if extra_selector_spec is None:
         selector.set_input_statistics(pixels.mean, pixels.std)
-    fedsm = FedSM(site_names, get_weights(model), get_weights(selector), config.softpull_lambda,
-                  config.selector_weighting, config.personalization, ServerOptimizerSettings.from_run_config(config))
+    fedsm = FedSM(site_names, get_weights(model), get_weights(selector), settings.softpull_lambda,
+                  settings.selector_weighting, personalization, server_optimizer)
     return fedsm, extra

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss_per_image
 from fedsm_core.models.spec import ModelSpec
@@ -75,7 +75,7 @@ def train_extra_selector_client(
     selector_optimizer: Weights,
     data: SegArrays,
     spec: ModelSpec,
-    settings: TrainSettings,
+    settings: RoundSettings,
     device: torch.device,
 ) -> tuple[Weights, Weights, dict[str, float]]:
     """One extra round at a site: selector steps toward each image's best model.

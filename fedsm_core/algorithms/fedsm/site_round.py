@@ -22,9 +22,9 @@ from typing import Protocol
 
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload, FedSMUpdate
-from fedsm_core.config import RunConfig
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights
@@ -62,11 +62,6 @@ class KeptState:
     selector_moments: bool = True
     optimizer_state: bool = False
 
-    @classmethod
-    def from_run_config(cls, config: RunConfig) -> KeptState:
-        """The run's ``selector-moments`` and ``optimizer-state``."""
-        return cls(config.selector_moments == "local", config.optimizer_state == "local")
-
 
 @dataclasses.dataclass
 class DictMemory:
@@ -84,7 +79,7 @@ class DictMemory:
 
 
 def fedsm_site_round(payload: FedSMPayload, site_index: int, data: SegArrays, spec: ModelSpec,
-                     settings: TrainSettings, device: torch.device, keeps: KeptState,
+                     settings: RoundSettings, device: torch.device, keeps: KeptState,
                      memory: SiteMemory) -> tuple[FedSMUpdate, dict[str, float]]:
     """Algorithm 1 at site ``site_index`` from the server's ``payload`` and what ``memory`` kept.
 

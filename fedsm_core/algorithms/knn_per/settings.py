@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Sequence
 
 from fedsm_core.algorithms.knn_per.datastore import REPLACEMENTS
 from fedsm_core.algorithms.knn_per.search import BACKENDS
-from fedsm_core.config import RunConfig
+from fedsm_core.checks import check_integer, check_range, check_settings, setting
 
 # 0.0, 0.1, ..., 1.0: lam = 0 is the global model alone, lam = 1 the kNN estimate alone.
 LAMBDA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
@@ -56,47 +54,24 @@ class KNNPerSettings:
         Seeds pixel sampling and random replacement (``knn-seed``).
     """
 
-    # The run config's defaults, so the two never disagree
-    k: int = RunConfig.knn_k
-    kernel_scale: float = RunConfig.knn_kernel_scale
-    capacity: int = RunConfig.knn_capacity
-    pixels_per_image: int = RunConfig.knn_pixels_per_image
-    replacement: str = "fifo"
-    backend: str = "auto"
+    k: int = setting(10, "knn-k", low=1, high=10_000)
+    kernel_scale: float = setting(1.0, "knn-kernel-scale", low=1e-9, high=1e9)
+    capacity: int = setting(50_000, "knn-capacity", low=1, high=10**9)
+    pixels_per_image: int = setting(256, "knn-pixels-per-image", low=1, high=10**8)
+    replacement: str = setting("fifo", "knn-replacement", choices=REPLACEMENTS)
+    backend: str = setting("auto", "knn-backend", choices=BACKENDS)
     lambda_grid: tuple[float, ...] = LAMBDA_GRID
-    lam: float = 0.5
+    lam: float = setting(0.5, "knn-lambda", low=0.0, high=1.0)
     batch_size: int = 16
     seed: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lambda_grid", tuple(float(v) for v in self.lambda_grid))
+        check_settings(self)
         for name in ("k", "capacity", "pixels_per_image", "batch_size"):
-            _check_at_least(KEYS[name], getattr(self, name), 1)
-        _check_at_least(KEYS["seed"], self.seed, 0)
-        if not (math.isfinite(self.kernel_scale) and self.kernel_scale > 0):
-            raise ValueError(f"{KEYS['kernel_scale']} = {self.kernel_scale} must be a finite number > 0")
-        _check_choice(KEYS["replacement"], self.replacement, REPLACEMENTS)
-        _check_choice(KEYS["backend"], self.backend, BACKENDS)
+            check_integer(KEYS[name], getattr(self, name), 1)
+        check_integer(KEYS["seed"], self.seed, 0)
         if not self.lambda_grid:
             raise ValueError(f"{KEYS['lambda_grid']} is empty; give values in [0, 1], e.g. '0.0,0.5,1.0'")
-        for key, value in [(KEYS["lambda_grid"], v) for v in self.lambda_grid] + [(KEYS["lam"], self.lam)]:
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{key} value {value} is outside [0, 1]")
-
-    @classmethod
-    def from_run_config(cls, config: RunConfig) -> KNNPerSettings:
-        """The settings a run's sites use: its ``knn-*`` keys and its ``seed``; the rest take their defaults."""
-        return cls(k=config.knn_k, kernel_scale=config.knn_kernel_scale, capacity=config.knn_capacity,
-                   pixels_per_image=config.knn_pixels_per_image, seed=config.seed)
-
-
-def _check_at_least(key: str, value: int, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key} = {value!r} must be an integer >= {low}")
-    if value < low:
-        raise ValueError(f"{key} = {value} must be >= {low}")
-
-
-def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key} = '{value}' is not one of {list(choices)}")
+        for value in self.lambda_grid:
+            check_range(KEYS["lambda_grid"], value, 0.0, 1.0)

@@ -13,56 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
-from fedsm_core.config import RunConfig
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.local_update import Learner, LossFn
 
+if TYPE_CHECKING:  # the settings name the methods of the registry, which imports this module
+    from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 OptimizerFactory = Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]
-
-
-@dataclasses.dataclass(frozen=True)
-class PersonalizationSettings:
-    """The personalization method and its hyper-parameters (run-config keys of the same names).
-
-    Attributes
-    ----------
-    method : str
-        ``softpull`` (FedSM's own), ``ft``, ``apfl``, ``ditto``, ``perfedavg`` or ``pfedme``.
-    apfl_alpha, apfl_alpha_lr : float
-        APFL's initial mixing weight ``alpha`` and the SGD step size of its
-        update; ``apfl_alpha_lr = 0`` keeps ``alpha`` fixed.
-    ditto_lambda : float
-        Ditto's ``lambda`` of ``lambda / 2 * ||v - w||^2``.
-    perfedavg_alpha : float
-        Per-FedAvg's inner (adaptation) step size ``alpha``.
-    perfedavg_steps : int
-        Inner gradient steps of Per-FedAvg, in training and for the deployed model.
-    pfedme_lambda, pfedme_k, pfedme_eta : float, int, float
-        pFedMe's ``lambda``, inner steps ``K`` per minibatch and local step size ``eta``.
-    """
-
-    # The run config's defaults, so the two never disagree
-    method: str = RunConfig.personalization
-    apfl_alpha: float = RunConfig.apfl_alpha
-    apfl_alpha_lr: float = RunConfig.apfl_alpha_lr
-    ditto_lambda: float = RunConfig.ditto_lambda
-    perfedavg_alpha: float = RunConfig.perfedavg_alpha
-    perfedavg_steps: int = RunConfig.perfedavg_steps
-    pfedme_lambda: float = RunConfig.pfedme_lambda
-    pfedme_k: int = RunConfig.pfedme_k
-    pfedme_eta: float = RunConfig.pfedme_eta
-
-    @classmethod
-    def from_run_config(cls, config: RunConfig) -> PersonalizationSettings:
-        """The fields of the same names in the run config (already range-checked there)."""
-        return cls(config.personalization, config.apfl_alpha, config.apfl_alpha_lr, config.ditto_lambda,
-                   config.perfedavg_alpha, config.perfedavg_steps, config.pfedme_lambda, config.pfedme_k,
-                   config.pfedme_eta)
 
 
 @dataclasses.dataclass

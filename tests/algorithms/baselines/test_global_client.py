@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings, round_settings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
@@ -24,7 +24,7 @@ def _data() -> SegArrays:
 
 
 def _round(weights, seed: int, kept):
-    settings = TrainSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
+    settings = RoundSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
                              precision="fp32")
     return train_global_client(weights, _data(), SPEC, settings, GlobalClientOptions(optimizer_state=kept),
                                torch.device("cpu"))
@@ -85,7 +85,7 @@ def test_local_steps_gives_every_site_the_same_number_of_steps_whatever_its_size
     steps = {}
     for name, config in (("fixed", fixed), ("epochs", epochs)):
         for size, data in (("big", big), ("small", small)):
-            _, metrics = train_global_client(start, data, SPEC, round_settings(config, 1, 0), GlobalClientOptions(),
+            _, metrics = train_global_client(start, data, SPEC, config.round_settings(1, 0), GlobalClientOptions(),
                                              torch.device("cpu"))
             steps[name, size] = metrics["steps"]
 
@@ -102,7 +102,7 @@ def test_style_augmentation_trains_on_other_images_than_the_plain_batch():
     # Execute
     trained = {}
     for probability in (0.0, 1.0):
-        settings = TrainSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=1,
+        settings = RoundSettings(batch_size=3, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=1,
                                  style_augmentation=probability)
         trained[probability] = train_global_client(start, _data(), SPEC, settings, GlobalClientOptions(),
                                                    torch.device("cpu"))[0].weights

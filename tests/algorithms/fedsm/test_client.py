@@ -6,8 +6,9 @@ import numpy as np
 import torch
 
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
-from fedsm_core.algorithms.fedsm.client import TrainSettings, site_batch, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import site_batch, train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
@@ -50,7 +51,7 @@ def test_local_round_steps_every_model_and_reports_the_site_size():
         (rng.random((6, 2, 32, 32)) > 0.5).astype(np.float32),
         tuple(f"x/{i}" for i in range(6)),
     )
-    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=0)
+    settings = RoundSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=0)
 
     # Execute
     update, metrics = train_fedsm_client(
@@ -82,7 +83,7 @@ def test_a_local_round_lowers_the_selector_loss_on_the_images_it_trained_on():
     # Prepare: site 1 of 3; the loss is Algorithm 1's, cross-entropy against one_hot(1) on the site's images
     torch.set_num_threads(1)
     spec, segmentation, selector, data = _site_start(num_structures=2, images=8, data_seed=1)
-    settings = TrainSettings(batch_size=4, local_epochs=5, max_local_steps=0, lr=1e-3, selector_lr=1e-2, seed=0,
+    settings = RoundSettings(batch_size=4, local_epochs=5, max_local_steps=0, lr=1e-3, selector_lr=1e-2, seed=0,
                              selector_negatives=False, augmentation="none")
 
     def loss(weights) -> float:
@@ -103,7 +104,7 @@ def test_a_local_round_lowers_the_selector_loss_on_the_images_it_trained_on():
 
 
 def _fedsm_round(spec, payload, data, seed: int, kept):
-    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
+    settings = RoundSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=seed,
                              style_augmentation=0.5)
     return train_fedsm_client(payload, 1, data, spec, settings, torch.device("cpu"), None, kept)[0]
 
@@ -121,7 +122,7 @@ def test_kept_optimizer_state_carries_the_global_copy_and_softpull_model_into_th
                            local_1.optimizer_state)
     single = {}
     for server_round, weights in ((1, segmentation), (2, None)):
-        settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3,
+        settings = RoundSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3,
                                  seed=server_round, style_augmentation=0.5)
         update, _ = train_global_client(weights if weights is not None else single["update"].weights, data, spec,
                                         settings, GlobalClientOptions(optimizer_state=single.get("state", {})),

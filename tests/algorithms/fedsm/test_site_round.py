@@ -5,22 +5,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
 from fedsm_core.algorithms.fedsm.site_round import (
     OPTIMIZER,
     PERSONAL,
     SELECTOR_MOMENTS,
     DictMemory,
-    KeptState,
     fedsm_site_round,
 )
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 
-SETTINGS = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=3,
+SETTINGS = RoundSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=3,
                          augmentation="none")
 
 
@@ -37,7 +37,7 @@ def _start():
 def _round(payload, memory, config, seed):
     spec, _, data = _start()
     torch.manual_seed(seed)
-    return fedsm_site_round(payload, 1, data, spec, SETTINGS, torch.device("cpu"), KeptState.from_run_config(config),
+    return fedsm_site_round(payload, 1, data, spec, SETTINGS, torch.device("cpu"), config.kept_state,
                             memory)
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.algorithms.fedsm.client import TrainSettings, train_fedsm_client
+from fedsm_core.algorithms.fedsm.client import train_fedsm_client
 from fedsm_core.algorithms.fedsm.fedsm import FedSMPayload
-from fedsm_core.algorithms.personalization.base import PersonalizationSettings
+from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
@@ -24,7 +25,7 @@ def _site() -> SegArrays:
                      (rng.random((6, 2, 32, 32)) > 0.5).astype(np.float32), tuple(f"x/{i}" for i in range(6)))
 
 
-def _reference(start_weights, data: SegArrays, settings: TrainSettings):
+def _reference(start_weights, data: SegArrays, settings: RoundSettings):
     """Plain Adam on the soft Dice loss from ``start_weights``, on the round's batches."""
     model = SPEC.build_segmentation()
     set_weights(model, start_weights)
@@ -40,7 +41,7 @@ def test_personalized_model_is_the_start_model_trained_on_the_same_batches(metho
     torch.manual_seed(0)
     global_weights, selector = get_weights(SPEC.build_segmentation()), get_weights(SPEC.build_selector())
     personal_weights = get_weights(SPEC.build_segmentation())
-    settings = TrainSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=3,
+    settings = RoundSettings(batch_size=4, local_epochs=1, max_local_steps=0, lr=1e-3, selector_lr=1e-3, seed=3,
                              personalization=PersonalizationSettings(method))
     data = _site()
 

@@ -8,7 +8,7 @@ import pytest
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.algorithms.personalization.registry import METHODS, keep_replies, personalization
-from fedsm_core.config import PERSONALIZATIONS
+from fedsm_core.algorithms.personalization.settings import PERSONALIZATIONS
 
 SITES = ("a", "b", "c")
 

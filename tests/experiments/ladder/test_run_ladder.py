@@ -15,11 +15,10 @@ from client_app import app as client
 from experiments.ladder import loops as ladder_loops
 from experiments.ladder import run_ladder as ladder
 from experiments.ladder.table import read_cells, rounds_to
-from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
-from fedsm_core.models.spec import run_model_spec
 from fedsm_core.models.weights import get_weights
 from server_app.discovery import SiteNode
 from server_app.strategies.builder import Setup, build_strategy
@@ -37,7 +36,7 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
     config = RunConfig.from_mapping(settings)
     sites = ladder_loops.load_sites(config)
     info = training_dataset(config.dataset)
-    spec = run_model_spec(config, len(info.structures), info.num_sites)
+    spec = config.model_spec(len(info.structures), info.num_sites)
     nodes = [SiteNode(100 + index, index, site.name, len(site.train), len(site.val), len(site.test),
                       channel_statistics(site.train.images)) for index, site in enumerate(sites)]
     strategy, _ = build_strategy(Setup(config, info, spec, nodes, lambda *args: None))
@@ -59,13 +58,13 @@ def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_
     settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}
     config = RunConfig.from_mapping(settings)
     sites = ladder_loops.load_sites(config)
-    spec = run_model_spec(config, sites[0].train.masks.shape[1], len(sites))
+    spec = config.model_spec(sites[0].train.masks.shape[1], len(sites))
     torch.manual_seed(config.seed)
     weights = get_weights(spec.build_segmentation())
     start = dict(weights)
 
     # Execute
-    optimizer, state = ServerOptimizer(ServerOptimizerSettings.from_run_config(config)), ladder_loops.round_state(spec)
+    optimizer, state = ServerOptimizer(config.server_settings), ladder_loops.round_state(spec)
     for server_round in (1, 2):
         weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"),
                                             optimizer, state)
@@ -84,10 +83,10 @@ def test_averaged_adam_state_over_one_site_is_that_sites_kept_state():
     for mode in ("local", "averaged"):
         config = RunConfig.from_mapping({**TINY, "strategy": "fedavg", "optimizer-state": mode})
         sites = ladder_loops.load_sites(config)[:1]
-        spec = run_model_spec(config, sites[0].train.masks.shape[1], 1)
+        spec = config.model_spec(sites[0].train.masks.shape[1], 1)
         torch.manual_seed(0)
         current, state = get_weights(spec.build_segmentation()), ladder_loops.round_state(spec)
-        optimizer = ServerOptimizer(ServerOptimizerSettings.from_run_config(config))
+        optimizer = ServerOptimizer(config.server_settings)
 
         # Execute
         for server_round in (1, 2, 3):

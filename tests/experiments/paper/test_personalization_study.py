@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from experiments.paper.personalization_study import read_test_scores, variants, write_report
-from fedsm_core.config import PERSONALIZATIONS, RunConfig
+from fedsm_core.algorithms.personalization.settings import PERSONALIZATIONS
+from fedsm_core.config import RunConfig
 
 
 def test_table_6_has_one_valid_fedsm_run_per_personalization_method():

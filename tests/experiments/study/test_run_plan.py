@@ -21,7 +21,7 @@ from fedsm_core.analysis.image_dice import write_rows as write_image_rows
 from fedsm_core.config import RunConfig
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, check_resumable, load_checkpoint, save_checkpoint
 from fedsm_core.run_files.run_outputs import CSV_COLUMNS
-from fedsm_core.training.stopping_rule import run_stopping_rule, stops_after, validation_curve
+from fedsm_core.training.stopping_rule import stops_after, validation_curve
 
 SITES = ("site-1", "site-2")
 PLAN = """
@@ -69,7 +69,7 @@ class FakeFlower:
         end = config.total_rounds
         if self.interrupt and self.interrupt[:2] == (config.strategy, config.num_server_rounds):
             end = self.interrupt[2]
-        rule, last = run_stopping_rule(config), first - 1
+        rule, last = config.stopping_rule, first - 1
         while last < end:  # the ServerApp's loop: train, validate, checkpoint, then ask the rule
             last += 1
             metrics += [(last, "val", "pooled", m, curve(last)) for m in ("dice-global", "dice-super")]

@@ -1,0 +1,71 @@
+"""FedSM's own run-config keys (Xu et al., CVPR 2022): SoftPull's lambda, the model selector, and gamma.
+
+The personalization method (SoftPull or another) has its own settings
+(:mod:`fedsm_core.algorithms.personalization.settings`); these are the rest of
+FedSM's super model: how the selector trains and is averaged, and how the
+super model routes with gamma.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedsm_core.algorithms.server_optimizer import SITE_WEIGHTINGS
+from fedsm_core.checks import check_settings, setting
+
+SELECTOR_WEIGHTINGS = SITE_WEIGHTINGS  # "equal" or "size", as site-weighting
+SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
+SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
+GAMMA_SELECTIONS = ("per-model", "validation", "fixed")  # see fedsm_core.algorithms.fedsm.gamma
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSMSettings:
+    """SoftPull's ``lambda``, the selector's training and averaging, gamma, and FedSM-extra's selector rounds.
+
+    Attributes
+    ----------
+    softpull_lambda : float
+        SoftPull's ``lambda`` of ``w_k <- lambda w_k + (1 - lambda) / (K - 1) sum_{k' != k} w_k'``
+        (Algorithm 1; ``softpull-lambda``); at least ``1 / K``, which
+        :func:`~fedsm_core.algorithms.fedsm.softpull.check_lam` checks once ``K`` is known.
+    selector_lr : float
+        The selector's Adam learning rate (``selector-lr``).
+    selector_width : int
+        Base width of the selector (``selector-width``).
+    selector_negatives : bool
+        Also train the selector on restyled copies labelled "any other site"
+        (``selector-negatives``).
+    selector_weighting : str
+        Average the selector per site (``equal``) or by ``n_k / n`` (``size``).
+    selector_moments : str
+        The selector's Adam moments kept at each site (``local``) or averaged
+        by the server (``averaged``).
+    selector_head : str
+        ``fitted`` from the sites' embedding statistics before every
+        evaluation, or ``trained`` as the rest of the selector.
+    selector_shrinkage : float
+        Shrinkage of the fitted head's pooled covariance toward its diagonal.
+    gamma : float
+        The super model's confidence threshold: the selector's top probability
+        at most ``gamma`` routes to the global model (``gamma``).
+    gamma_selection : str
+        ``per-model``, ``validation`` or ``fixed`` (``gamma-selection``).
+    extra_rounds : int
+        FedSM-extra: selector rounds after the model rounds (``extra-rounds``).
+    """
+
+    softpull_lambda: float = setting(0.99, "softpull-lambda", low=0.0, high=1.0, allowed="[1/K, 1]")
+    selector_lr: float = setting(1e-3, "selector-lr", low=1e-8, high=10.0)
+    selector_width: int = setting(32, "selector-width", low=1, high=512)
+    selector_negatives: bool = setting(True, "selector-negatives")
+    selector_weighting: str = setting("equal", "selector-weighting", choices=SELECTOR_WEIGHTINGS)
+    selector_moments: str = setting("local", "selector-moments", choices=SELECTOR_MOMENTS)
+    selector_head: str = setting("fitted", "selector-head", choices=SELECTOR_HEADS)
+    selector_shrinkage: float = setting(0.1, "selector-shrinkage", low=0.0, high=1.0)
+    gamma: float = setting(0.5, "gamma", low=0.0, high=1.0)
+    gamma_selection: str = setting("validation", "gamma-selection", choices=GAMMA_SELECTIONS)
+    extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
