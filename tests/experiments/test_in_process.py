@@ -39,12 +39,13 @@ def _app_rounds(settings: dict[str, object], rounds: int):
 
 @pytest.mark.parametrize(("extra", "rounds"), [
     ({}, 1),
-    ({"amplitude-normalization": True}, 1),  # HarmoFL's amplitude is fixed after round 1
-    ({"personalization": "apfl"}, 2),  # round 2 starts from what each site kept of round 1
-    ({"selector-moments": "averaged"}, 2),  # the server's averaged moments instead of each site's own
-    ({"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova"}, 2),  # steps travel in replies
-    ({"optimizer-state": "local", "style-augmentation": 0.5}, 2),  # round 2 starts from each site's own Adams
-])
+    # Everything a site or the server keeps or changes between rounds, at once: HarmoFL's amplitude (fixed
+    # after round 1), what APFL keeps at each site, the server's averaged selector moments, the server's
+    # Adam and FedNova's steps (which travel in replies), and each site's own Adam states
+    ({"amplitude-normalization": True, "personalization": "apfl", "selector-moments": "averaged",
+      "server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova", "optimizer-state": "local",
+      "style-augmentation": 0.5}, 2),
+], ids=["defaults", "kept-and-changed-state"])
 def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
     # Prepare
     settings = {**TINY, "num-server-rounds": rounds, **extra}

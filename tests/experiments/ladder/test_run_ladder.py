@@ -48,11 +48,10 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
 
 
 @pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova",
-                                         "site-weighting": "equal"},
-                                    {"optimizer-state": "local"},
+                                         "site-weighting": "equal", "optimizer-state": "local"},
                                     {"strategy": "fedprox", "proximal-mu": 0.1, "style-augmentation": 0.5},
                                     {"strategy": "scaffold", "optimizer-state": "averaged"}],
-                         ids=["fedavg", "fednova-fedadam", "local-adam", "fedprox", "scaffold-averaged-adam"])
+                         ids=["fedavg", "fednova-fedadam-local-adam", "fedprox", "scaffold-averaged-adam"])
 def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_bit(server):
     # Prepare: SCAFFOLD's second round also depends on the control variates of the first
     settings = {**TINY, "strategy": "fedavg", "num-server-rounds": 2, **server}
@@ -99,11 +98,10 @@ def test_averaged_adam_state_over_one_site_is_that_sites_kept_state():
         np.testing.assert_array_equal(weights["averaged"][key], value, err_msg=key)
 
 
-@pytest.mark.parametrize(("method", "kept"), [("fedavg", {}), ("fedavg", {"optimizer-state": "local",
-                                                                           "server-optimizer": "momentum",
-                                                                           "server-momentum": 0.5}),
+@pytest.mark.parametrize(("method", "kept"), [("fedavg", {"optimizer-state": "local", "server-optimizer": "momentum",
+                                                        "server-momentum": 0.5}),
                                               ("scaffold", {}), ("fedsm", {})],
-                         ids=["fedavg", "fedavg-kept-state", "scaffold", "fedsm"])
+                         ids=["fedavg-kept-state", "scaffold", "fedsm"])
 def test_an_interrupted_cell_ends_where_the_uninterrupted_one_ends(tmp_path, method, kept):
     # Prepare: with kept state, the sites' Adam states and the server's momentum must survive the interruption
     def config(rounds: int) -> RunConfig:
