@@ -7,8 +7,7 @@ claim one site; the run must stop and name both nodes instead of training with e
 from __future__ import annotations
 
 import pytest
-from flwr.app import MessageType
-from support.server_fakes import reply
+from support.server_fakes import ScriptedGrid
 
 from app_protocol import records
 from server_app.discovery import discover_sites
@@ -16,26 +15,18 @@ from server_app.discovery import discover_sites
 SITES = ("north", "south")
 
 
-class FakeGrid:
-    """Deployment nodes named by their node config (None: the node never answers)."""
+def _deployment(claims: dict[int, int | None]) -> ScriptedGrid:
+    """Deployment nodes named by their node config: node id -> the site index it names (None: never answers)."""
 
-    def __init__(self, claims: dict[int, int | None]):
-        self.claims = claims  # node id -> the site index its node config names
+    def answer(message):
+        index = claims[message.metadata.dst_node_id]
+        if index is None:
+            return None
+        asked = message.content[records.CONFIG][records.ASK]
+        return {records.NODE: records.to_config({"site-name": SITES[index]})} if asked == records.ASK_NODE \
+            else {records.SITE: _site(index)}
 
-    def get_node_ids(self) -> list[int]:
-        return list(self.claims)
-
-    def send_and_receive(self, messages, timeout):
-        replies = []
-        for msg in messages:
-            index = self.claims[msg.metadata.dst_node_id]
-            if index is None:
-                continue
-            asked = msg.content[records.CONFIG][records.ASK]
-            content = {records.NODE: records.to_config({"site-name": SITES[index]})} if asked == records.ASK_NODE \
-                else {records.SITE: _site(index)}
-            replies.append(reply(msg.metadata.dst_node_id, content, MessageType.QUERY))
-        return replies
+    return ScriptedGrid(answer, node_ids=claims)
 
 
 def _site(index: int):
@@ -47,7 +38,7 @@ def _site(index: int):
 
 def test_each_site_claimed_once_maps_nodes_to_sites():
     # Execute
-    nodes = discover_sites(FakeGrid({21: 1, 11: 0}), SITES, timeout=1)
+    nodes = discover_sites(_deployment({21: 1, 11: 0}), SITES, timeout=1)
 
     # Assert
     assert [(node.node_id, node.site_name) for node in nodes] == [(11, "north"), (21, "south")]
@@ -56,10 +47,10 @@ def test_each_site_claimed_once_maps_nodes_to_sites():
 def test_two_nodes_claiming_one_site_stop_the_run_and_name_both():
     # Execute / Assert
     with pytest.raises(ValueError, match=r"nodes 11 and 12 were both started as site 'north'"):
-        discover_sites(FakeGrid({11: 0, 12: 0, 21: 1}), SITES, timeout=1)
+        discover_sites(_deployment({11: 0, 12: 0, 21: 1}), SITES, timeout=1)
 
 
 def test_a_site_nobody_claims_stops_the_run():
     # Execute / Assert: node 12 is connected but does not answer
     with pytest.raises(RuntimeError, match=r"did not answer"):
-        discover_sites(FakeGrid({11: 0, 12: None}), SITES, timeout=1)
+        discover_sites(_deployment({11: 0, 12: None}), SITES, timeout=1)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from uuid import uuid4
-
 from flwr.app import Error, Message, MessageType
-from support.server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
+from support.server_fakes import NODES, EvaluationLog, ScriptedGrid, eval_metrics, reply, train_metrics, w
 
 from app_protocol import records
 from server_app.round_plan import RoundPlan
@@ -24,22 +22,14 @@ def superlink_error(outgoing: Message) -> Message:
     return answer
 
 
-class LossyGrid:
-    """Gives each message an id as Flower's grids do when pushing; node 102 has stopped."""
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid4())
-            node = message.metadata.dst_node_id
-            if node == LOST:
-                replies.append(superlink_error(message))
-            elif message.metadata.message_type == MessageType.TRAIN:
-                replies.append(reply(node, {records.GLOBAL: records.to_record(w(1.0, 2.0)),
-                                            records.METRICS: train_metrics(10)}, MessageType.TRAIN))
-            else:
-                replies.append(reply(node, {records.METRICS: eval_metrics(0.5)}, MessageType.EVALUATE))
-        return replies
+def _answer(message: Message):
+    """Node 102 has stopped, so the SuperLink answers for it; the others train and evaluate."""
+    node = message.metadata.dst_node_id
+    if node == LOST:
+        return superlink_error(message)
+    if message.metadata.message_type == MessageType.TRAIN:
+        return {records.GLOBAL: records.to_record(w(1.0, 2.0)), records.METRICS: train_metrics(10)}
+    return {records.METRICS: eval_metrics(0.5)}
 
 
 def test_a_site_answered_for_by_the_superlink_is_named_once_per_round_by_its_site_name():
@@ -48,7 +38,7 @@ def test_a_site_answered_for_by_the_superlink_is_named_once_per_round_by_its_sit
     strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(2, 1), evaluations)
 
     # Execute: two rounds, each with training and validation
-    strategy.run(LossyGrid(), 1, 10.0, lambda r: None)
+    strategy.run(ScriptedGrid(_answer), 1, 10.0, lambda r: None)
 
     # Assert: one entry per round, for site-b, saying the SuperLink answered; no "node 1" anywhere
     assert [(r, site) for r, site, _ in strategy.missed] == [(1, "site-b"), (2, "site-b")]

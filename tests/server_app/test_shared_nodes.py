@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from uuid import uuid4
-
 import numpy as np
 from flwr.app import MessageType
-from support.server_fakes import PIXELS, EvaluationLog, eval_metrics, reply, train_metrics, w
+from support.server_fakes import PIXELS, EvaluationLog, ScriptedGrid, eval_metrics, train_metrics, w
 
 from app_protocol import records
 from server_app.discovery import SiteNode
@@ -21,40 +19,26 @@ SIZES = {"site-a": 1, "site-b": 1, "site-c": 2}            # n_k / n = 1/4, 1/4,
 DICE = {"site-a": 0.25, "site-b": 0.5, "site-c": 0.75}
 
 
-class SharedNodeGrid:
-    """Answers as the site each message names; gives message ids as Flower's grids do."""
-
-    def __init__(self) -> None:
-        self.routes: list[tuple[int, str]] = []
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid4())
-            node, site = message.metadata.dst_node_id, str(message.content[records.ROUTE]["site-name"])
-            self.routes.append((node, site))
-            if message.metadata.message_type == MessageType.TRAIN:
-                content = {records.GLOBAL: records.to_record(w(TRAINED[site])),
-                           records.METRICS: train_metrics(SIZES[site])}
-            else:
-                content = {records.METRICS: eval_metrics(DICE[site])}
-            answer = reply(node, content, message.metadata.message_type)
-            answer.metadata.__dict__["_reply_to_message_id"] = message.metadata.message_id
-            replies.append(answer)
-        return replies
+def _answer(message):
+    """Answers as the site the message names."""
+    site = str(message.content[records.ROUTE]["site-name"])
+    if message.metadata.message_type == MessageType.TRAIN:
+        return {records.GLOBAL: records.to_record(w(TRAINED[site])), records.METRICS: train_metrics(SIZES[site])}
+    return {records.METRICS: eval_metrics(DICE[site])}
 
 
 def test_a_round_with_two_sites_on_one_node_keeps_them_apart():
     # Prepare
     evaluations = EvaluationLog()
     strategy = FedAvgStrategy(w(0.0), SHARED, RoundPlan(1, 1), evaluations)
-    grid = SharedNodeGrid()
+    grid = ScriptedGrid(_answer)
 
     # Execute
     strategy.run(grid, 1, 5.0, lambda r: None)
 
     # Assert: every message went to its site's node; the average is 1/4 * 1 + 1/4 * 2 + 1/2 * 4 = 2.75
-    assert sorted(grid.routes) == sorted([(100, "site-a"), (101, "site-b"), (100, "site-c")] * 2)
+    routes = [(sent.node, sent.site) for sent in grid.sent]
+    assert sorted(routes) == sorted([(100, "site-a"), (101, "site-b"), (100, "site-c")] * 2)
     np.testing.assert_array_equal(strategy.global_weights["w"], [2.75])
     assert strategy.missed == []
     [(_, _, per_site)] = evaluations.calls
@@ -62,7 +46,7 @@ def test_a_round_with_two_sites_on_one_node_keeps_them_apart():
     assert {row["site"] for row in strategy.traffic.rows} == {"site-a", "site-b", "site-c"}
 
 
-class ReversedGrid(SharedNodeGrid):
+class ReversedGrid(ScriptedGrid):
     """Replies arrive in the reverse order of the messages."""
 
     def send_and_receive(self, messages, *, timeout=None):
@@ -72,6 +56,6 @@ class ReversedGrid(SharedNodeGrid):
 def test_replies_are_aggregated_in_site_order_whatever_order_they_arrive_in():
     strategy = FedAvgStrategy(w(0.0), SHARED, RoundPlan(1, 1), EvaluationLog())
 
-    replies = strategy.exchange(ReversedGrid(), strategy.configure_train(1), 5.0, 1)
+    replies = strategy.exchange(ReversedGrid(_answer), strategy.configure_train(1), 5.0, 1)
 
     assert [strategy.site_of(r) for r in replies] == ["site-a", "site-b", "site-c"]

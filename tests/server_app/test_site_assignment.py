@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from flwr.app import MessageType
-from support.server_fakes import reply
+from support.server_fakes import ScriptedGrid
 
 from app_protocol import records
 from server_app.discovery import discover_sites
@@ -81,41 +80,25 @@ def test_equal_sites_keep_site_order_and_named_nodes_keep_their_site():
     assert order_longest_first(named, dict(enumerate([1, 2, 3, 4, 5, 6]))) == named
 
 
-class SimulationGrid:
-    """Two simulated nodes; they answer who they are and, per routed site, a made-up data summary."""
-
-    def __init__(self) -> None:
-        self.site_queries: list[tuple[int, str]] = []
-
-    def get_node_ids(self):
-        return [100, 101]
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for number, message in enumerate(messages):
-            message.metadata.__dict__["_message_id"] = f"m{number}"
-            node = message.metadata.dst_node_id
-            if message.content[records.CONFIG]["ask"] == "node":
-                content = {records.NODE: records.to_config({"partition-id": node - 100, "num-partitions": 2})}
-            else:
-                site = str(message.content[records.ROUTE]["site-name"])
-                self.site_queries.append((node, site))
-                content = {records.SITE: records.to_config({
-                    "site-index": SITES.index(site), "site-name": site, "num-train": 10 + SITES.index(site),
-                    "num-val": 2, "num-test": 2, "pixel-count": 1, "pixel-mean": [0.0], "pixel-var": [1.0]})}
-            answer = reply(node, content, MessageType.QUERY)
-            answer.metadata.__dict__["_reply_to_message_id"] = f"m{number}"
-            replies.append(answer)
-        return replies
+def _simulated_node(message):
+    """Two simulated nodes (100, 101) answer who they are and, per routed site, a made-up data summary."""
+    node = message.metadata.dst_node_id
+    if message.content[records.CONFIG]["ask"] == "node":
+        return {records.NODE: records.to_config({"partition-id": node - 100, "num-partitions": 2})}
+    site = str(message.content[records.ROUTE]["site-name"])
+    return {records.SITE: records.to_config({
+        "site-index": SITES.index(site), "site-name": site, "num-train": 10 + SITES.index(site),
+        "num-val": 2, "num-test": 2, "pixel-count": 1, "pixel-mean": [0.0], "pixel-var": [1.0]})}
 
 
 def test_discovery_with_two_simulated_nodes_asks_each_site_through_its_node():
-    grid = SimulationGrid()
+    grid = ScriptedGrid(_simulated_node, node_ids=[100, 101])
 
     nodes = discover_sites(grid, SITES, timeout=5.0)
 
     # asked through node k mod 2, then dealt out largest first: site-6 (15 images) on partition 0
-    assert sorted(grid.site_queries) == [(100, "site-1"), (100, "site-3"), (100, "site-5"),
+    site_queries = [(sent.node, sent.site) for sent in grid.sent if sent.site]
+    assert sorted(site_queries) == [(100, "site-1"), (100, "site-3"), (100, "site-5"),
                                          (101, "site-2"), (101, "site-4"), (101, "site-6")]
     assert [(n.site_name, n.node_id, n.num_train) for n in nodes] == [
         ("site-1", 101, 10), ("site-2", 100, 11), ("site-3", 101, 12),

@@ -6,7 +6,9 @@ arrays whose averages can be computed by hand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from uuid import uuid4
 
 import numpy as np
 from flwr.app import Error, Message, MessageType, RecordDict
@@ -39,6 +41,60 @@ def error_reply(node_id: int, reason: str, message_type: str = MessageType.TRAIN
     """A reply that carries a client error instead of content."""
     outgoing = Message(RecordDict(), message_type=message_type, dst_node_id=node_id)
     return Message(Error(code=0, reason=reason), reply_to=outgoing)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """One message a :class:`ScriptedGrid` was given: its kind, destination node and routed site (if any)."""
+
+    kind: str
+    node: int
+    site: str | None
+
+
+class ScriptedGrid:
+    """A Grid whose nodes answer by a script, for server tests without a Flower runtime.
+
+    ``answer(message)`` returns the reply's content (a mapping of records), a
+    whole reply (a :class:`Message`, e.g. :func:`error_reply`), or ``None``
+    for a node that never answers. Each message gets an id and each reply
+    the id it replies to, as Flower's grids give them. ``sent`` keeps every
+    message; ``calls`` every ``send_and_receive`` call as ``(kind, sorted
+    nodes, timeout)``; ``on_call(kind)`` runs at each call (to log its order
+    among other events).
+    """
+
+    def __init__(self, answer: Callable[[Message], Mapping[str, object] | Message | None],
+                 node_ids: Iterable[int] = (), on_call: Callable[[str], None] | None = None) -> None:
+        self.answer, self.node_ids, self.on_call = answer, list(node_ids), on_call
+        self.sent: list[Sent] = []
+        self.calls: list[tuple[str, list[int], float | None]] = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.node_ids)
+
+    def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
+        messages = list(messages)
+        kinds = {message.metadata.message_type for message in messages}
+        assert len(kinds) <= 1, f"one kind of message per call, got {kinds}"
+        kind = kinds.pop() if kinds else ""
+        self.calls.append((kind, sorted(m.metadata.dst_node_id for m in messages), timeout))
+        if self.on_call is not None:
+            self.on_call(kind)
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid4())
+            node = message.metadata.dst_node_id
+            site = str(message.content[records.ROUTE]["site-name"]) if records.ROUTE in message.content else None
+            self.sent.append(Sent(kind, node, site))
+            answer = self.answer(message)
+            if answer is None:
+                continue
+            if not isinstance(answer, Message):
+                answer = reply(node, answer, kind)
+            answer.metadata.__dict__["_reply_to_message_id"] = message.metadata.message_id
+            replies.append(answer)
+        return replies
 
 
 def train_metrics(num_examples: int, loss: float = 1.0):

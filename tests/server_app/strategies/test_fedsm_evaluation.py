@@ -5,7 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import MessageType
-from support.server_fakes import LAM, NODE, NODES, SITES, EvaluationLog, error_reply, fedsm_strategy, reply, w
+from support.server_fakes import (
+    LAM,
+    NODE,
+    NODES,
+    SITES,
+    EvaluationLog,
+    ScriptedGrid,
+    error_reply,
+    fedsm_strategy,
+    reply,
+    w,
+)
 
 from app_protocol import records
 from app_protocol.evaluate_messages import encode_models_reply
@@ -14,41 +25,37 @@ from server_app.round_plan import RoundPlan
 from server_app.strategies.fedsm import FedSMStrategy
 
 
-class _StatisticsGrid:
+def _statistics_grid(failing: str = "", needs: dict[str, list[int]] | None = None) -> ScriptedGrid:
     """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs.
 
     Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
+    The grid's ``asked`` and ``asked_models`` list the sites asked each question.
     """
+    needs = needs if needs is not None else {site: [index] for index, site in enumerate(SITES)}
+    asked: list[str] = []
+    asked_models: list[str] = []
 
-    def __init__(self, failing: str = "", needs: dict[str, list[int]] | None = None) -> None:
-        self.failing = failing
-        self.needs = needs if needs is not None else {site: [index] for index, site in enumerate(SITES)}
-        self.asked: list[str] = []
-        self.asked_models: list[str] = []
+    def answer(message):
+        assert message.metadata.message_type == MessageType.QUERY
+        node = message.metadata.dst_node_id
+        site = next(n.site_name for n in NODES if n.node_id == node)
+        if message.content[records.CONFIG][records.ASK] == records.ASK_MODELS:
+            asked_models.append(site)
+            return encode_models_reply(needs[site]) if site in needs else \
+                error_reply(node, "no selector", MessageType.QUERY)
+        assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
+        asked.append(site)
+        if site == failing:
+            return error_reply(node, "disk full", MessageType.QUERY)
+        # two embeddings per site: mean e_k, spread +-1 along the last axis
+        mean = np.eye(3)[SITES.index(site)]
+        points = np.stack([mean + [0, 0, 1], mean - [0, 0, 1]])
+        sums = {"count": np.array([2.0]), "sum": points.sum(axis=0), "gram": points.T @ points}
+        return {records.SELECTOR_STATISTICS: records.to_record(sums)}
 
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for message in messages:
-            assert message.metadata.message_type == MessageType.QUERY
-            site = next(node.site_name for node in NODES if node.node_id == message.metadata.dst_node_id)
-            if message.content[records.CONFIG][records.ASK] == records.ASK_MODELS:
-                self.asked_models.append(site)
-                replies.append(reply(message.metadata.dst_node_id, encode_models_reply(self.needs[site]),
-                                     MessageType.QUERY) if site in self.needs else
-                               error_reply(message.metadata.dst_node_id, "no selector", MessageType.QUERY))
-                continue
-            assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
-            self.asked.append(site)
-            if site == self.failing:
-                replies.append(error_reply(message.metadata.dst_node_id, "disk full", MessageType.QUERY))
-                continue
-            # two embeddings per site: mean e_k, spread +-1 along the last axis
-            mean = np.eye(3)[SITES.index(site)]
-            points = np.stack([mean + [0, 0, 1], mean - [0, 0, 1]])
-            sums = {"count": np.array([2.0]), "sum": points.sum(axis=0), "gram": points.T @ points}
-            replies.append(reply(message.metadata.dst_node_id,
-                                 {records.SELECTOR_STATISTICS: records.to_record(sums)}, MessageType.QUERY))
-        return replies
+    grid = ScriptedGrid(answer)
+    grid.asked, grid.asked_models = asked, asked_models
+    return grid
 
 
 def _head_strategy(shrinkage: float | None) -> FedSMStrategy:
@@ -60,7 +67,7 @@ def _head_strategy(shrinkage: float | None) -> FedSMStrategy:
 def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statistics():
     # Prepare
     strategy = _head_strategy(shrinkage=0.5)
-    grid = _StatisticsGrid()
+    grid = _statistics_grid()
 
     # Execute
     strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
@@ -77,11 +84,11 @@ def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statisti
 def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_fitted():
     # a site's error: the fit needs every site, so nothing changes
     strategy = _head_strategy(shrinkage=0.5)
-    strategy.prepare_evaluation(_StatisticsGrid(failing="site-b"), 3, timeout=1.0, split="val")
+    strategy.prepare_evaluation(_statistics_grid(failing="site-b"), 3, timeout=1.0, split="val")
     np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
     # selector-head = "trained": no query at all
     strategy = _head_strategy(shrinkage=None)
-    grid = _StatisticsGrid()
+    grid = _statistics_grid()
     strategy.prepare_evaluation(grid, 3, timeout=1.0, split="val")
     assert grid.asked == []
 
@@ -168,7 +175,7 @@ def test_per_model_gamma_drops_a_personalized_model_that_loses_to_the_global_mod
 def test_each_site_gets_only_the_personalized_models_its_images_need():
     # Prepare: site-a's images all go to its own model; site-b's to a and c as well; site-c does not answer
     strategy = fedsm_strategy(gamma=0.4)
-    grid = _StatisticsGrid(needs={"site-a": [0], "site-b": [0, 1, 2]})
+    grid = _statistics_grid(needs={"site-a": [0], "site-b": [0, 1, 2]})
 
     # Execute
     strategy.prepare_evaluation(grid, 5, timeout=1.0, split="test")

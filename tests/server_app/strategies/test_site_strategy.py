@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import MessageType
-from support.server_fakes import NODES, EvaluationLog, eval_metrics, reply, train_metrics, w
+from support.server_fakes import NODES, EvaluationLog, ScriptedGrid, eval_metrics, train_metrics, w
 
 from app_protocol import records
 from server_app.round_plan import RoundPlan
@@ -14,31 +14,19 @@ from server_app.strategies.fedavg import FedAvgStrategy
 SIZES = {101: 1, 102: 1, 103: 2}  # n_k / n = 1/4, 1/4, 1/2: exact in binary
 
 
-class FakeGrid:
-    """Records what is sent; every node answers: training with its round number as weights, evaluation with Dice."""
+def _answer(message):
+    """Every node answers: training with its round number as weights, evaluation with Dice 0.5."""
+    node = message.metadata.dst_node_id
+    if message.metadata.message_type == MessageType.TRAIN:
+        server_round = int(message.content[records.CONFIG]["server-round"])
+        return {records.GLOBAL: records.to_record(w(float(server_round), float(node))),
+                records.METRICS: train_metrics(SIZES[node])}
+    return {records.METRICS: eval_metrics(0.5)}
 
-    def __init__(self, events: list[tuple]) -> None:
-        self.events = events
-        self.sent: list[tuple[str, list[int], float]] = []
 
-    def send_and_receive(self, messages, *, timeout=None):
-        messages = list(messages)
-        kinds = {m.metadata.message_type for m in messages}
-        assert len(kinds) == 1, f"one kind of message per call, got {kinds}"
-        kind = kinds.pop()
-        self.sent.append((kind, sorted(m.metadata.dst_node_id for m in messages), timeout))
-        self.events.append(("send", kind))
-        replies = []
-        for message in messages:
-            node = message.metadata.dst_node_id
-            if kind == MessageType.TRAIN:
-                server_round = int(message.content[records.CONFIG]["server-round"])
-                content = {records.GLOBAL: records.to_record(w(float(server_round), float(node))),
-                           records.METRICS: train_metrics(SIZES[node])}
-            else:
-                content = {records.METRICS: eval_metrics(0.5)}
-            replies.append(reply(node, content, kind))
-        return replies
+def _grid(events: list[tuple]) -> ScriptedGrid:
+    """The scripted grid, logging each send among the strategy's events."""
+    return ScriptedGrid(_answer, on_call=lambda kind: events.append(("send", kind)))
 
 
 class SpyStrategy(FedAvgStrategy):
@@ -68,7 +56,7 @@ class SpyStrategy(FedAvgStrategy):
 
 def _run(first_round: int, num_rounds: int, eval_every: int, timeout: float = 12.5):
     events: list[tuple] = []
-    grid = FakeGrid(events)
+    grid = _grid(events)
     strategy = SpyStrategy(events, eval_every, num_rounds)
     strategy.run(grid, first_round, timeout, lambda r: events.append(("after_round", r)))
     return strategy, grid, events
@@ -110,7 +98,7 @@ def test_evaluation_every_eval_every_rounds_and_in_the_last_one():
     assert _rounds_of(events, "configure_evaluate") == [2, 3, 4, 5, 6, 7]
     assert _rounds_of(events, "aggregate_evaluate") == [3, 6, 7]
     assert [(r, split) for r, split, _ in strategy.evaluations.calls] == [(3, "val"), (6, "val"), (7, "val")]
-    kinds = [kind for kind, _, _ in grid.sent]
+    kinds = [kind for kind, _, _ in grid.calls]
     assert kinds.count(MessageType.TRAIN) == 6 and kinds.count(MessageType.EVALUATE) == 3
 
 
@@ -119,7 +107,7 @@ def test_messages_go_to_every_node_with_the_round_timeout():
     _, grid, _ = _run(first_round=1, num_rounds=1, eval_every=5, timeout=12.5)
 
     # Assert: the last round is evaluated even though 1 % 5 != 0
-    assert grid.sent == [(MessageType.TRAIN, [101, 102, 103], 12.5), (MessageType.EVALUATE, [101, 102, 103], 12.5)]
+    assert grid.calls == [(MessageType.TRAIN, [101, 102, 103], 12.5), (MessageType.EVALUATE, [101, 102, 103], 12.5)]
 
 
 def test_after_round_sees_the_model_of_that_round():
@@ -129,7 +117,7 @@ def test_after_round_sees_the_model_of_that_round():
     seen: list[np.ndarray] = []
 
     # Execute
-    strategy.run(FakeGrid(events), 2, 1.0, lambda r: seen.append(strategy.global_weights["w"].copy()))
+    strategy.run(_grid(events), 2, 1.0, lambda r: seen.append(strategy.global_weights["w"].copy()))
 
     # Assert: every node sends [round, node id]; w = [round, 101 / 4 + 102 / 4 + 103 / 2]
     assert len(seen) == 2
@@ -142,7 +130,7 @@ def test_a_first_round_after_the_last_runs_nothing():
     _, grid, events = _run(first_round=5, num_rounds=4, eval_every=1)
 
     # Assert
-    assert events == [] and grid.sent == []
+    assert events == [] and grid.calls == []
 
 
 def test_a_failing_round_stops_the_run_before_after_round():
@@ -152,7 +140,7 @@ def test_a_failing_round_stops_the_run_before_after_round():
 
     # Execute / Assert
     with pytest.raises(RuntimeError, match="min-replies"):
-        strategy.run(FakeGrid(events), 1, 1.0, lambda r: events.append(("after_round", r)))
+        strategy.run(_grid(events), 1, 1.0, lambda r: events.append(("after_round", r)))
     assert _rounds_of(events, "after_round") == []
     assert _rounds_of(events, "configure_train") == [1]
 
@@ -198,7 +186,7 @@ def test_exchange_labels_rows_with_the_given_stage():
     strategy = SpyStrategy(events, 1, 3)
 
     # Execute
-    replies = strategy.exchange(FakeGrid(events), strategy.evaluation_messages("test"), 1.0, 3, stage="test")
+    replies = strategy.exchange(_grid(events), strategy.evaluation_messages("test"), 1.0, 3, stage="test")
 
     # Assert
     assert len(replies) == 3
@@ -228,7 +216,7 @@ def test_when_after_round_says_stop_training_ends_and_that_round_becomes_the_las
     strategy = SpyStrategy(events, eval_every=2, num_rounds=10)
 
     # Execute
-    strategy.run(FakeGrid(events), 1, 12.5, lambda r: events.append(("after_round", r)) or r == 4)
+    strategy.run(_grid(events), 1, 12.5, lambda r: events.append(("after_round", r)) or r == 4)
 
     # Assert: rounds 1-4 trained, each checkpointed (after_round), and the test will name round 4
     assert _rounds_of(events, "configure_train") == [1, 2, 3, 4]
@@ -239,5 +227,5 @@ def test_when_after_round_says_stop_training_ends_and_that_round_becomes_the_las
 def test_a_stop_on_the_last_round_changes_nothing():
     events: list[tuple] = []
     strategy = SpyStrategy(events, eval_every=2, num_rounds=3)
-    strategy.run(FakeGrid(events), 1, 12.5, lambda r: True if r == 3 else None)
+    strategy.run(_grid(events), 1, 12.5, lambda r: True if r == 3 else None)
     assert _rounds_of(events, "configure_train") == [1, 2, 3] and strategy.num_rounds == 3
