@@ -30,6 +30,7 @@ from fedsm_core.data.statistics import ChannelStatistics
 from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.methods import STRATEGIES, method
 from fedsm_core.models import segmentation
+from fedsm_core.models.input_standardization import INPUT_NORMS
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights
 from fedsm_core.training.lr_schedule import LRSchedule
@@ -69,6 +70,7 @@ class RunConfig:
     seed: int = 0
     encoder: str = "mobilenet_v2"
     segmentation_norm: str = setting("auto", "segmentation-norm", choices=NORMS)
+    input_norm: str = setting("none", "input-norm", choices=INPUT_NORMS)
     batch_size: int = owned(TrainingSettings, "batch_size")
     local_epochs: int = owned(TrainingSettings, "local_epochs")
     max_local_steps: int = owned(TrainingSettings, "max_local_steps")
@@ -241,6 +243,7 @@ class RunConfig:
             self.encoder, num_structures, num_sites, self.selector_width, norm=self.model_norm,
             amplitude_size=self.image_size if harmofl.amplitude_normalization else 0,
             amplitude_decay=harmofl.amplitude_decay, amplitude_window=harmofl.amplitude_window,
+            input_norm=self.input_norm,
         )
 
     def start_fedsm(self, spec: ModelSpec, site_names: Sequence[str], site_pixels: Sequence[ChannelStatistics],

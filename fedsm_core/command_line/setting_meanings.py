@@ -39,6 +39,11 @@ MEANINGS: dict[str, str] = {
         "group otherwise; `fedbn` with `group` is refused (it would keep only affine parameters local, which is "
         "not FedBN)"
     ),
+    "input-norm": (
+        "`per-image`: standardize each channel of each image (zero mean, unit variance) in front of every U-Net, "
+        "which removes brightness, contrast and colour-gain differences between sites before any weight sees them "
+        "(`fedsm_core/models/input_standardization.py`; the selector is not affected); `none`: images as loaded"
+    ),
     "batch-size": (
         "local minibatch size"
     ),

@@ -6,7 +6,9 @@ import dataclasses
 
 import torch.nn as nn
 
+from fedsm_core.checks import check_choice
 from fedsm_core.models.amplitude import AmplitudeNormalization, AmplitudeNormalized
+from fedsm_core.models.input_standardization import INPUT_NORMS, InputStandardized
 from fedsm_core.models.segmentation import build_segmentation_model
 from fedsm_core.models.selector import Selector
 
@@ -35,6 +37,9 @@ class ModelSpec:
     amplitude_decay, amplitude_window : float, int
         ``v`` and the low-frequency window of
         :class:`~fedsm_core.models.amplitude.AmplitudeNormalization`.
+    input_norm : str
+        ``"per-image"`` standardizes each image's channels before the U-Net
+        (:mod:`fedsm_core.models.input_standardization`); ``"none"`` feeds it as it is.
     """
 
     encoder: str
@@ -46,10 +51,16 @@ class ModelSpec:
     amplitude_size: int = 0
     amplitude_decay: float = 0.1
     amplitude_window: int = 0
+    input_norm: str = "none"
+
+    def __post_init__(self) -> None:
+        check_choice("input-norm", self.input_norm, INPUT_NORMS)
 
     def build_segmentation(self) -> nn.Module:
-        """A freshly initialised U-Net (behind amplitude normalization if ``amplitude_size``)."""
+        """A freshly initialised U-Net (behind per-image standardization, then amplitude normalization, if set)."""
         net = build_segmentation_model(self.encoder, self.num_structures, self.in_channels, norm=self.norm)
+        if self.input_norm == "per-image":
+            net = InputStandardized(net)
         if not self.amplitude_size:
             return net
         layer = AmplitudeNormalization(self.in_channels, self.amplitude_decay, self.amplitude_window,
