@@ -23,6 +23,7 @@ from fedsm_core.algorithms.fedsm.settings import FedSMSettings
 from fedsm_core.algorithms.fedsm.site_round import KeptState
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.checks import check_choice, check_settings, setting
@@ -107,6 +108,9 @@ class RunConfig:
     server_tau: float = owned(ServerOptimizerSettings, "tau")
     step_normalization: str = owned(ServerOptimizerSettings, "step_normalization")
     site_weighting: str = owned(ServerOptimizerSettings, "site_weighting")
+    aggregation: str = owned(AggregationSettings, "name")
+    trim_fraction: float = owned(AggregationSettings, "trim_fraction")
+    krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
     optimizer_state: str = owned(TrainingSettings, "optimizer_state")
     extra_rounds: int = owned(FedSMSettings, "extra_rounds")
     amplitude_normalization: bool = owned(HarmoFLSettings, "amplitude_normalization")
@@ -153,7 +157,7 @@ class RunConfig:
             raise ValueError("output-dir is empty")
         # Each subsystem's settings are built here, once (each checks itself), and kept for the run.
         _ = (self.training_settings, self.fedsm_settings, self.personalization_settings, self.knn_settings,
-             self.harmofl_settings, self.server_settings, self.stopping_rule)
+             self.harmofl_settings, self.server_settings, self.aggregation_settings, self.stopping_rule)
         _check_across(self)
 
     def _owned(self, owner: type, **more: Any) -> Any:
@@ -196,6 +200,11 @@ class RunConfig:
     def server_settings(self) -> ServerOptimizerSettings:
         """How every shared model moves toward the sites' average."""
         return self._owned(ServerOptimizerSettings)
+
+    @cached_property
+    def aggregation_settings(self) -> AggregationSettings:
+        """How every shared model averages the sites: the weighted mean or a robust statistic."""
+        return self._owned(AggregationSettings)
 
     @cached_property
     def stopping_rule(self) -> StoppingRule | None:
@@ -251,7 +260,7 @@ class RunConfig:
         """FedSM's start state for this run (:func:`~fedsm_core.algorithms.fedsm.fedsm.initial_fedsm`)."""
         return initial_fedsm(spec, site_names, site_pixels, seed=self.seed, settings=self.fedsm_settings,
                              personalization=self.personalization, server_optimizer=self.server_settings,
-                             extra_selector_spec=extra_selector_spec)
+                             aggregation=self.aggregation_settings, extra_selector_spec=extra_selector_spec)
 
     def round_settings(self, server_round: int, site_index: int) -> RoundSettings:
         """What site ``site_index`` trains with in round ``server_round``; each (round, site) has its own seed.
@@ -321,6 +330,10 @@ def _check_across(config: RunConfig) -> None:
     if config.amplitude_window > config.image_size // 2:
         raise ValueError(f"amplitude-window = {config.amplitude_window} is outside [0, {config.image_size // 2}] "
                          f"(half of image-size = {config.image_size})")
+    if config.aggregation != "mean" and config.step_normalization != "none":
+        raise ValueError(f"aggregation = '{config.aggregation}' with step-normalization = "
+                         f"'{config.step_normalization}': FedNova's average weighs each site's update by its steps, "
+                         "which a robust statistic does not; use one of them")
     if config.stop_window and method(config.strategy).extra_selector:
         raise ValueError(
             f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.config import RunConfig
 
 
@@ -25,6 +26,9 @@ class RoundPlan:
     state_key : str
         Names the run's per-site state at the sites (every message carries it);
         a resumed run keeps its original key (:meth:`SiteStrategy.load_state_dict`).
+    aggregation : AggregationSettings
+        How every shared model is averaged: the weighted mean, or a robust
+        statistic (:mod:`fedsm_core.algorithms.robust_aggregation`).
     """
 
     num_rounds: int
@@ -32,6 +36,7 @@ class RoundPlan:
     min_replies: int = 1
     amplitude: AmplitudeSchedule | None = None
     state_key: str = ""
+    aggregation: AggregationSettings = AggregationSettings()
 
     def __post_init__(self) -> None:
         if self.num_rounds < 1 or self.eval_every < 1 or self.min_replies < 1:
@@ -40,6 +45,7 @@ class RoundPlan:
 
 def round_plan(config: RunConfig, state_key: str = "") -> RoundPlan:
     """The plan of a run: its total rounds, evaluation schedule, min-replies, amplitude schedule and state key."""
-    amplitude = (AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
+    amplitude = (AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay, config.aggregation_settings)
                  if config.uses_amplitude_normalization else None)
-    return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude, state_key)
+    return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude, state_key,
+                     config.aggregation_settings)

@@ -10,6 +10,7 @@ from fedsm_core.algorithms.baselines.harmofl_settings import HarmoFLSettings
 from fedsm_core.algorithms.fedsm.settings import FedSMSettings
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.algorithms.personalization.settings import PersonalizationSettings
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
 from fedsm_core.checks import allowed_values, check_settings, setting
 from fedsm_core.config import RunConfig
@@ -26,7 +27,8 @@ CHANGED = {
     "apfl-alpha-lr": 0.5, "ditto-lambda": 0.7, "perfedavg-alpha": 0.05, "perfedavg-steps": 3, "pfedme-lambda": 2.0,
     "pfedme-k": 2, "pfedme-eta": 0.1, "softpull-lambda": 0.8, "server-optimizer": "adam", "server-lr": 0.5,
     "server-momentum": 0.4, "server-beta1": 0.8, "server-beta2": 0.95, "server-tau": 0.01,
-    "step-normalization": "fednova", "site-weighting": "equal", "optimizer-state": "local", "extra-rounds": 4,
+    "step-normalization": "fednova", "site-weighting": "equal", "trim-fraction": 0.3, "krum-byzantine": 2,
+    "optimizer-state": "local", "extra-rounds": 4,
     "amplitude-normalization": True, "amplitude-decay": 0.2, "amplitude-window": 4, "amplitude-freeze-round": 3,
     "weight-perturbation": True, "perturbation-alpha": 0.2, "knn-k": 4, "knn-kernel-scale": 2.0, "knn-capacity": 77,
     "knn-pixels-per-image": 9, "gamma": 0.3, "gamma-selection": "fixed", "stop-window": 3, "stop-min-gain": 0.01,
@@ -40,7 +42,8 @@ def _composed(config: RunConfig, owner: type):
     return {TrainingSettings: config.training_settings, LRSchedule: config.training_settings.schedule,
             FedSMSettings: config.fedsm_settings, PersonalizationSettings: config.personalization_settings,
             KNNPerSettings: config.knn_settings, HarmoFLSettings: config.harmofl_settings,
-            ServerOptimizerSettings: config.server_settings}.get(owner)
+            ServerOptimizerSettings: config.server_settings,
+            AggregationSettings: config.aggregation_settings}.get(owner)
 
 
 def test_every_owned_key_takes_its_default_from_its_owner():
@@ -52,8 +55,9 @@ def test_every_owned_key_takes_its_default_from_its_owner():
 
 def test_every_owned_key_reaches_its_owners_field():
     # Execute: every owned key changed at once, in one run config
-    # local-steps replaces local-epochs and max-local-steps, so it is changed on its own below
-    assert set(CHANGED) | {"local-steps"} == set(OWNED), "CHANGED must cover every owned key"
+    # local-steps replaces local-epochs and max-local-steps, and a robust aggregation excludes FedNova's
+    # average, so each is changed on its own below
+    assert set(CHANGED) | {"local-steps", "aggregation"} == set(OWNED), "CHANGED must cover every owned key"
     config = RunConfig.from_mapping({"strategy": "fedsm", "num-server-rounds": 10, **CHANGED})
 
     # Assert: each owner's field holds the changed value
@@ -66,6 +70,7 @@ def test_every_owned_key_reaches_its_owners_field():
     assert config.stopping_rule == StoppingRule(min_rounds=4, max_rounds=10, window=3, min_gain=0.01, check_every=2)
     assert config.knn_settings.seed == config.seed
     assert RunConfig.from_mapping({"local-steps": 6}).training_settings.local_steps == 6
+    assert RunConfig.from_mapping({"aggregation": "median"}).aggregation_settings.name == "median"
 
 
 def test_round_settings_join_training_fedsm_personalization_and_harmofl():
@@ -91,6 +96,7 @@ def test_harmofl_turns_on_both_halves_and_other_strategies_only_on_request():
     ({"pfedme-eta": 0.5, "pfedme-lambda": 15.0}, "pfedme-eta . pfedme-lambda = 0.5 . 15.0 is above 1"),
     ({"server-optimizer": "sgd"}, "server-optimizer = 'sgd' is not one of"),
     ({"knn-k": 0}, r"knn-k = 0 is outside \[1, 10000\]"),
+    ({"aggregation": "median", "step-normalization": "fednova"}, "aggregation = 'median' with step-normalization"),
 ])
 def test_a_subsystems_refusal_names_the_key_and_where_to_set_it(values, match):
     with pytest.raises(ValueError, match=match + r".*; set it in \[tool.flwr.app.config\]"):

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fedsm_core.algorithms.aggregation import normalized_average, weighted_average
+from fedsm_core.algorithms.aggregation import normalized_average
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.checks import check_settings, setting
 from fedsm_core.models.weights import Weights, check_same_layout
 
@@ -71,8 +72,9 @@ class ServerOptimizer:
     counts, not parameters.
     """
 
-    def __init__(self, settings: ServerOptimizerSettings) -> None:
+    def __init__(self, settings: ServerOptimizerSettings, aggregation: AggregationSettings | None = None) -> None:
         self.settings = settings
+        self.aggregation = aggregation or AggregationSettings()
         self.moments: dict[str, Weights] = {}
 
     def aggregate(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
@@ -80,14 +82,16 @@ class ServerOptimizer:
         """The new model from the sites' trained ``weights``: their average (by size, or FedNova's), then :meth:`step`.
 
         ``steps`` are the local steps each site took (used by ``fednova`` only);
-        ``sizes`` are replaced by ones under ``site-weighting = equal``.
+        ``sizes`` are replaced by ones under ``site-weighting = equal``. The
+        average is the ``aggregation``'s (:func:`~fedsm_core.algorithms.robust_aggregation.robust_average`):
+        the weighted mean, or a statistic one site cannot drag.
         """
         if self.settings.site_weighting == "equal":
             sizes = [1.0] * len(weights)
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         else:
-            averaged = weighted_average(weights, sizes)
+            averaged = robust_average(weights, sizes, self.aggregation)
         return self.step(current, averaged, server_round)
 
     def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
@@ -96,7 +100,8 @@ class ServerOptimizer:
         For what travels beside a model and is averaged as it is, such as the
         sites' Adam states under ``optimizer-state = averaged``.
         """
-        return weighted_average(weights, [1.0] * len(weights) if self.settings.site_weighting == "equal" else sizes)
+        sizes = [1.0] * len(weights) if self.settings.site_weighting == "equal" else sizes
+        return robust_average(weights, sizes, self.aggregation)
 
     def step(self, current: Mapping[str, np.ndarray], averaged: Mapping[str, np.ndarray], server_round: int) -> Weights:
         """The new model from the current one and the sites' weighted average.

@@ -113,6 +113,14 @@ def _site_problems(config: RunConfig, num_sites: int) -> list[str]:
             check_lam(config.softpull_lambda, num_sites)
         except ValueError as error:
             problems.append(str(error))
+    if config.aggregation == "krum":
+        # Krum needs 2f + 3 replies; SoftPull's Krum runs over the K - 1 other sites, so FedSM needs one more
+        extra = 1 if METHODS[config.strategy].family == "fedsm" else 0
+        needed = 2 * config.krum_byzantine + 3 + extra
+        if num_sites < needed:
+            problems.append(f"aggregation = 'krum' with krum-byzantine = {config.krum_byzantine} needs at least "
+                            f"{needed} sites, the run has {num_sites}; lower krum-byzantine or use 'trimmed-mean' "
+                            "or 'median'")
     if config.min_replies > num_sites:
         problems.append(f"min-replies = {config.min_replies} is more than the {num_sites} sites of the run; "
                         f"set it to {num_sites} or less")

@@ -211,6 +211,21 @@ MEANINGS: dict[str, str] = {
         "of 12 images counts as much as one of 100, as the client average of the test Dice counts them). Same "
         "models as `server-optimizer`; FedSM's selector has its own `selector-weighting`"
     ),
+    "aggregation": (
+        "how every shared model averages the sites' replies: `mean` (weighted by `n_k`, FedAvg), or a statistic "
+        "one malicious site cannot drag, unweighted because a site's claimed size is what it controls: "
+        "`trimmed-mean` (per coordinate, `trim-fraction` cut at each end), `median` (per coordinate) or `krum` "
+        "(the one reply nearest its neighbours). Applies to the global model, the selector, SCAFFOLD's control "
+        "variate, FedBN's shared part, HarmoFL's amplitude and SoftPull's pull "
+        "(`fedsm_core/algorithms/robust_aggregation.py`)"
+    ),
+    "trim-fraction": (
+        "`trimmed-mean`: the fraction of the sites' values cut at each end of every coordinate (of 6 sites, "
+        "0.2 cuts one at each end)"
+    ),
+    "krum-byzantine": (
+        "`krum`: `f`, the malicious sites Krum tolerates; it needs `2f + 3` replies (one more for SoftPull)"
+    ),
     "optimizer-state": (
         "a site's Adam for each model it trains (the single model of FedAvg and its variants and FedBN; FedSM's "
         "global copy, and its personalized model where that takes plain optimizer steps, as SoftPull and `ft` do): "

@@ -58,7 +58,7 @@ class FedAvgStrategy(SiteStrategy):
         super().__init__(nodes, plan, on_evaluate)
         self.global_weights = global_weights
         self.name = name
-        self.server_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings())
+        self.server_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings(), plan.aggregation)
         self.optimizer_state = optimizer_state
 
     def train_content(self, server_round: int) -> RecordDict:
@@ -172,4 +172,5 @@ class ScaffoldStrategy(FedAvgStrategy):
     def after_aggregation(self, replies: Sequence[Message]) -> None:
         """Move ``c`` by the mean control-variate delta over all N sites."""
         deltas = [decode_weights(reply.content, [records.CONTROL_DELTA])[records.CONTROL_DELTA] for reply in replies]
-        self.server_control = update_server_control(self.server_control, deltas, len(self.nodes))
+        self.server_control = update_server_control(self.server_control, deltas, len(self.nodes),
+                                                    self.plan.aggregation)

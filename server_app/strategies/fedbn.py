@@ -10,8 +10,8 @@ from flwr.common import log
 
 from app_protocol.evaluate_messages import encode_model_evaluation
 from app_protocol.train_messages import encode_model_train
-from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.baselines.fedbn import fedbn_aggregate, merge_local
+from fedsm_core.algorithms.robust_aggregation import robust_average
 from fedsm_core.models.weights import Weights
 from server_app.discovery import SiteNode
 from server_app.round_plan import RoundPlan
@@ -69,9 +69,9 @@ class FedBNStrategy(FedAvgStrategy):
         accepted = self.accept_replies(server_round, replies)
         trained = {site: weights for site, _, weights, _ in accepted}
         sizes = {site: size for site, _, _, size in accepted}
-        self.site_models.update(fedbn_aggregate(trained, sizes, self.local))
+        self.site_models.update(fedbn_aggregate(trained, sizes, self.local, self.plan.aggregation))
         # The averaged normalization entries are kept only as a neutral start for sites without their own.
-        self.global_weights = weighted_average(list(trained.values()), list(sizes.values()))
+        self.global_weights = robust_average(list(trained.values()), list(sizes.values()), self.plan.aggregation)
         fixed = self.fix_amplitude(server_round, list(trained.values()), list(sizes.values()),
                                    {"": self.global_weights, **self.site_models})
         self.global_weights = fixed.pop("")

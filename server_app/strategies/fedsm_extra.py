@@ -16,8 +16,8 @@ from flwr.common import log
 
 from app_protocol import records
 from app_protocol.train_messages import encode_extra_selector_train
-from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
+from fedsm_core.algorithms.robust_aggregation import robust_average
 from fedsm_core.models.weights import Weights
 from server_app.discovery import SiteNode
 from server_app.round_plan import RoundPlan
@@ -76,8 +76,10 @@ class FedSMExtraStrategy(FedSMStrategy):
         self.note_absent(server_round, [self.site_of(reply) for reply, _ in accepted])
         self.require_replies(server_round, len(accepted))
         equal = [1.0] * len(accepted)
-        self.extra_selector = weighted_average([decoded[records.SELECTOR] for _, decoded in accepted], equal)
-        self.extra_optimizer = weighted_average([decoded[records.SELECTOR_OPTIMIZER] for _, decoded in accepted], equal)
+        aggregation = self.plan.aggregation
+        self.extra_selector = robust_average([decoded[records.SELECTOR] for _, decoded in accepted], equal, aggregation)
+        self.extra_optimizer = robust_average([decoded[records.SELECTOR_OPTIMIZER] for _, decoded in accepted], equal,
+                                              aggregation)
         log(INFO, "round %d (extra): %d/%d sites trained the selector", server_round, len(accepted), len(self.nodes))
         return None, self.mean_metrics([reply for reply, _ in accepted])
 

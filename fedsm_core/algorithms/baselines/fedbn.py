@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import torch.nn as nn
 
-from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.models.weights import Weights
 
 NORM_TYPES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -36,8 +36,10 @@ def local_entries(model: nn.Module) -> set[str]:
 
 
 def fedbn_aggregate(site_weights: Mapping[str, Weights], sizes: Mapping[str, float],
-                    local: set[str]) -> dict[str, Weights]:
-    """Each site's next weights: the n_k-weighted average of shared entries, its own local ones.
+                    local: set[str], aggregation: AggregationSettings | None = None) -> dict[str, Weights]:
+    """Each site's next weights: the average of the shared entries, its own local ones.
+
+    The average is n_k-weighted, or the ``aggregation``'s robust statistic.
 
     Parameters
     ----------
@@ -47,11 +49,14 @@ def fedbn_aggregate(site_weights: Mapping[str, Weights], sizes: Mapping[str, flo
         Site -> number of training examples ``n_k``.
     local : set of str
         Entries that never leave their site (:func:`local_entries`).
+    aggregation : AggregationSettings, optional
+        How the shared entries are averaged; the weighted mean when omitted.
     """
     if not site_weights:
         raise ValueError("fedbn_aggregate: no site weights")
     sites = list(site_weights)
-    shared = weighted_average([shared_part(site_weights[s], local) for s in sites], [sizes[s] for s in sites])
+    shared = robust_average([shared_part(site_weights[s], local) for s in sites], [sizes[s] for s in sites],
+                            aggregation or AggregationSettings())
     return {s: {**shared, **{k: v for k, v in site_weights[s].items() if k in local}} for s in sites}
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.models.weights import Weights
 
 LAYER = "amplitude_norm."
@@ -86,6 +87,7 @@ class AmplitudeSchedule:
 
     freeze_round: int = 1
     decay: float = 0.1
+    aggregation: AggregationSettings = AggregationSettings()
 
     def due(self, server_round: int) -> bool:
         """Whether the amplitude is fixed at the end of ``server_round``."""
@@ -94,5 +96,9 @@ class AmplitudeSchedule:
     def fix(self, site_weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
             models: Mapping[str, Weights]) -> dict[str, Weights]:
         """``models`` with the global amplitude of ``site_weights`` written in and fixed."""
-        amplitude = global_amplitude(site_weights, sizes, self.decay)
+        if self.aggregation.name == "mean":
+            amplitude = global_amplitude(site_weights, sizes, self.decay)
+        else:  # a robust statistic of the sites' bias-corrected amplitudes; sizes are what an attacker claims
+            corrected = [{AMPLITUDE: corrected_amplitude(w, self.decay)} for w in site_weights]
+            amplitude = robust_average(corrected, sizes, self.aggregation)[AMPLITUDE]
         return {name: with_fixed_amplitude(weights, amplitude) for name, weights in models.items()}

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.models.weights import Weights
 from fedsm_core.training.local_update import TrainingHook
 
@@ -69,8 +70,13 @@ def update_server_control(
     server_control: Mapping[str, np.ndarray],
     deltas: Sequence[Mapping[str, np.ndarray]],
     num_clients: int,
+    aggregation: AggregationSettings | None = None,
 ) -> Weights:
     """``c <- c + (1 / N) * sum_{k in S} (c_k+ - c_k)`` over the clients that replied.
+
+    Under a robust ``aggregation`` the sum is ``|S|`` times the robust
+    statistic of the deltas, ``c <- c + (|S| / N) R_k (c_k+ - c_k)``, so one
+    site's delta cannot drag ``c``.
 
     Parameters
     ----------
@@ -78,7 +84,14 @@ def update_server_control(
         ``c_k+ - c_k`` of every client that replied this round.
     num_clients : int
         ``N``, all clients of the federation.
+    aggregation : AggregationSettings, optional
+        The run's aggregation; the plain sum when omitted or ``mean``.
     """
+    if aggregation is not None and aggregation.name != "mean":
+        robust = robust_average(deltas, [1.0] * len(deltas), aggregation)
+        return {name: (np.asarray(value, dtype=np.float64)
+                       + len(deltas) / num_clients * np.asarray(robust[name], dtype=np.float64)).astype(np.float32)
+                for name, value in server_control.items()}
     updated = {name: np.array(value, dtype=np.float64) for name, value in server_control.items()}
     for delta in deltas:
         for name in updated:

@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics, with_fitted_head
 from fedsm_core.algorithms.fedsm.settings import SELECTOR_WEIGHTINGS, FedSMSettings
 from fedsm_core.algorithms.fedsm.softpull import check_lam
 from fedsm_core.algorithms.personalization.registry import personalization as personalization_method
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 from fedsm_core.checks import check_choice
 from fedsm_core.data.statistics import ChannelStatistics, pool_channel_statistics
@@ -98,6 +98,9 @@ class FedSM:
         but unused.
     server_optimizer : ServerOptimizerSettings, optional
         How the global model moves toward the sites' average; plain averaging when omitted.
+    aggregation : AggregationSettings, optional
+        How the global model, the selector and its moments, and SoftPull's pull
+        average the sites (:mod:`fedsm_core.algorithms.robust_aggregation`); the mean when omitted.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class FedSM:
         selector_weighting: str = "equal",
         personalization: str = "softpull",
         server_optimizer: ServerOptimizerSettings | None = None,
+        aggregation: AggregationSettings | None = None,
     ) -> None:
         check_choice("selector-weighting", selector_weighting, SELECTOR_WEIGHTINGS)
         self.selector_weighting = selector_weighting
@@ -123,7 +127,8 @@ class FedSM:
         self.personalized = {site: _copy(global_weights) for site in self.site_names}
         self.selector_weights = _copy(selector_weights)
         self.selector_optimizer: Weights = {}
-        self.global_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings())
+        self.aggregation = aggregation or AggregationSettings()
+        self.global_optimizer = ServerOptimizer(server_optimizer or ServerOptimizerSettings(), self.aggregation)
 
     def payload_for(self, site: str) -> FedSMPayload:
         """The models site ``site`` needs for one round of local training."""
@@ -147,12 +152,13 @@ class FedSM:
         global_weights = self.global_optimizer.aggregate(self.global_weights, [u.global_weights for u in replies],
                                                          sizes, [u.steps for u in replies], server_round)
         selector_sizes = sizes if self.selector_weighting == "size" else [1.0] * len(replies)
-        selector_weights = weighted_average([u.selector_weights for u in replies], selector_sizes)
+        selector_weights = robust_average([u.selector_weights for u in replies], selector_sizes, self.aggregation)
         selector_optimizer = self.selector_optimizer
         if all(u.selector_optimizer for u in replies):
-            selector_optimizer = weighted_average([u.selector_optimizer for u in replies], selector_sizes)
+            selector_optimizer = robust_average([u.selector_optimizer for u in replies], selector_sizes,
+                                                self.aggregation)
         personalized = {**self.personalized, **{site: u.personal_weights for site, u in updates.items()}}
-        pulled = self.personal_update(personalized, self.lam)
+        pulled = self.personal_update(personalized, self.lam, self.aggregation)
         self.personalized = {site: pulled[site] if site in updates else self.personalized[site]
                              for site in self.site_names}
         self.global_weights, self.selector_weights = global_weights, selector_weights
@@ -199,6 +205,7 @@ def initial_fedsm(
     settings: FedSMSettings,
     personalization: str = "softpull",
     server_optimizer: ServerOptimizerSettings | None = None,
+    aggregation: AggregationSettings | None = None,
     extra_selector_spec: ModelSpec | None = None,
 ) -> tuple[FedSM, Weights | None]:
     """The start state of a FedSM run: the one builder the ServerApp and the in-process loop share.
@@ -218,6 +225,8 @@ def initial_fedsm(
         The personalization method's name.
     server_optimizer : ServerOptimizerSettings, optional
         How the global model moves toward the sites' average; plain averaging when omitted.
+    aggregation : AggregationSettings, optional
+        How the global model, the selector and SoftPull's pull average the sites; the mean when omitted.
     extra_selector_spec : ModelSpec, optional
         FedSM-extra: the spec of its ``K + 1``-output selector, drawn (and
         normalised) right after the U-Net and returned as the second value;
@@ -239,5 +248,5 @@ def initial_fedsm(
     if extra_selector_spec is None:
         selector.set_input_statistics(pixels.mean, pixels.std)
     fedsm = FedSM(site_names, get_weights(model), get_weights(selector), settings.softpull_lambda,
-                  settings.selector_weighting, personalization, server_optimizer)
+                  settings.selector_weighting, personalization, server_optimizer, aggregation)
     return fedsm, extra

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.algorithms.personalization.apfl import start_apfl
 from fedsm_core.algorithms.personalization.base import (
     PersonalStart,
@@ -26,13 +25,15 @@ from fedsm_core.algorithms.personalization.base import (
 from fedsm_core.algorithms.personalization.ditto import start_ditto
 from fedsm_core.algorithms.personalization.perfedavg import start_perfedavg
 from fedsm_core.algorithms.personalization.pfedme import start_pfedme
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_soft_pull
 from fedsm_core.models.weights import Weights
 
-ServerUpdate = Callable[[Mapping[str, Mapping[str, np.ndarray]], float], dict[str, Weights]]
+ServerUpdate = Callable[[Mapping[str, Mapping[str, np.ndarray]], float, AggregationSettings], dict[str, Weights]]
 
 
-def keep_replies(personalized: Mapping[str, Mapping[str, np.ndarray]], lam: float) -> dict[str, Weights]:
-    """Every site's personalized model as it is (copied); ``lam`` is not used."""
+def keep_replies(personalized: Mapping[str, Mapping[str, np.ndarray]], lam: float,
+                 aggregation: AggregationSettings | None = None) -> dict[str, Weights]:
+    """Every site's personalized model as it is (copied); ``lam`` and ``aggregation`` are not used."""
     return {site: {key: np.array(value, copy=True) for key, value in weights.items()}
             for site, weights in personalized.items()}
 
@@ -55,7 +56,7 @@ class Personalization:
 METHODS: dict[str, Personalization] = {
     method.name: method
     for method in (
-        Personalization("softpull", start_softpull, soft_pull, plain_step=True),
+        Personalization("softpull", start_softpull, robust_soft_pull, plain_step=True),
         Personalization("ft", start_fine_tuning, keep_replies, plain_step=True),
         Personalization("apfl", start_apfl, keep_replies),
         Personalization("ditto", start_ditto, keep_replies, plain_step=True),

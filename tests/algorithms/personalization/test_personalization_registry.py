@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.algorithms.personalization.registry import METHODS, keep_replies, personalization
 from fedsm_core.algorithms.personalization.settings import PERSONALIZATIONS
+from fedsm_core.algorithms.robust_aggregation import robust_soft_pull
 
 SITES = ("a", "b", "c")
 
@@ -19,7 +19,7 @@ def _update(personal: list[float], n: int = 1) -> FedSMUpdate:
 
 def test_registry_names_are_the_run_config_choices():
     assert tuple(METHODS) == PERSONALIZATIONS
-    assert personalization("softpull").server_update is soft_pull
+    assert personalization("softpull").server_update is robust_soft_pull  # SoftPull under "mean"
     assert all(METHODS[name].server_update is keep_replies for name in PERSONALIZATIONS if name != "softpull")
 
 

@@ -1,0 +1,121 @@
+"""aggregation = trimmed-mean / median / krum reaches every shared model of every strategy (hand-computed values).
+
+One site of three or four sends a wild update with a large claimed size; under
+``mean`` it drags each average, under ``median`` it does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from support.server_fakes import NODE, NODES, EvaluationLog, model_reply, reply, train_metrics, w
+
+from app_protocol import records
+from fedsm_core.algorithms.baselines.harmofl import AMPLITUDE, BATCHES, FROZEN, AmplitudeSchedule
+from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
+from fedsm_core.command_line.preflight import check_run
+from server_app.round_plan import RoundPlan
+from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
+from server_app.strategies.fedbn import FedBNStrategy
+
+MEDIAN = AggregationSettings("median")
+
+
+def _plan(aggregation: AggregationSettings = MEDIAN, **more) -> RoundPlan:
+    return RoundPlan(5, 1, aggregation=aggregation, **more)
+
+
+def test_fedavg_takes_the_coordinate_median_and_ignores_the_claimed_sizes():
+    # Prepare: site-c's update is wild and claims the most images
+    replies = [model_reply("site-a", w(1.0, 1.0), 10), model_reply("site-b", w(2.0, 2.0), 30),
+               model_reply("site-c", w(100.0, -100.0), 1000)]
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(), EvaluationLog())
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert: median(1, 2, 100) = 2 and median(1, 2, -100) = 1; the mean would be (96.1, -95.9)
+    np.testing.assert_array_equal(strategy.global_weights["w"], [2.0, 1.0])
+
+
+def test_scaffolds_control_variate_moves_by_the_median_delta():
+    # Prepare: c = 0; deltas 1, 2, 100 from all N = 3 sites
+    strategy = ScaffoldStrategy(w(0.0), w(0.0, 0.0), NODES, _plan(), EvaluationLog())
+    replies = [model_reply(site, w(1.0, 1.0), 10, **{records.CONTROL_DELTA: w(delta)})
+               for site, delta in (("site-a", 1.0), ("site-b", 2.0), ("site-c", 100.0))]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert: c <- 0 + (3 / 3) * median(1, 2, 100) = 2 (the mean: 34.33)
+    np.testing.assert_array_equal(strategy.server_control["w"], [2.0])
+
+
+def test_fedbns_shared_entries_take_the_median_and_local_ones_stay():
+    # Prepare
+    local = {"norm.weight"}
+    strategy = FedBNStrategy({"conv": np.zeros(1), "norm.weight": np.zeros(1)}, local, NODES, _plan(),
+                             EvaluationLog())
+    replies = [reply(NODE[site], {records.GLOBAL: records.to_record({"conv": np.array([conv]),
+                                                                     "norm.weight": np.array([norm])}),
+                                  records.METRICS: train_metrics(n)})
+               for site, conv, norm, n in (("site-a", 1.0, 7.0, 10), ("site-b", 5.0, 8.0, 30),
+                                           ("site-c", 3.0, 9.0, 20))]
+
+    # Execute
+    strategy.aggregate_train(1, replies)
+
+    # Assert: conv = median(1, 5, 3) = 3 for every site (the weighted mean: 220 / 60); norm entries stay
+    for site, norm in (("site-a", 7.0), ("site-b", 8.0), ("site-c", 9.0)):
+        np.testing.assert_array_equal(strategy.site_models[site]["conv"], [3.0])
+        np.testing.assert_array_equal(strategy.site_models[site]["norm.weight"], [norm])
+
+
+def test_harmofls_global_amplitude_is_the_median_of_the_sites():
+    # Prepare: fixed amplitudes (no bias correction) 1, 3 and 300
+    schedule = AmplitudeSchedule(freeze_round=1, decay=0.5, aggregation=MEDIAN)
+    sites = [{AMPLITUDE: np.full((1, 2), a), FROZEN: np.array(1), BATCHES: np.array(4)} for a in (1.0, 3.0, 300.0)]
+
+    # Execute
+    fixed = schedule.fix(sites, [10, 10, 1000], {"global": sites[0]})
+
+    # Assert
+    np.testing.assert_array_equal(fixed["global"][AMPLITUDE], [[3.0, 3.0]])
+
+
+def test_fedsm_takes_the_median_for_the_global_model_the_selector_and_softpulls_pull():
+    # Prepare: four sites, lam = 0.5; site-d is wild in every model and claims 1000 images
+    sites = ["site-a", "site-b", "site-c", "site-d"]
+    fedsm = FedSM(sites, w(0.0, 0.0), {"s": np.zeros(1)}, 0.5, aggregation=MEDIAN)
+    models = {"site-a": ([1.0, 1.0], [0.0, 0.0], 1.0, 10), "site-b": ([2.0, 2.0], [1.0, 10.0], 2.0, 10),
+              "site-c": ([3.0, 3.0], [2.0, 20.0], 3.0, 10), "site-d": ([1e3, 1e3], [100.0, -100.0], -50.0, 1000)}
+    updates = {site: FedSMUpdate(w(*g), w(*p), {"s": np.array([s])}, {}, n) for site, (g, p, s, n) in models.items()}
+
+    # Execute
+    fedsm.aggregate(updates)
+
+    # Assert: global = median of four = mean of the middle two, (2 + 3) / 2; selector (1 + 2) / 2
+    np.testing.assert_array_equal(fedsm.global_weights["w"], [2.5, 2.5])
+    np.testing.assert_array_equal(fedsm.selector_weights["s"], [1.5])
+    # a: 0.5 * [0, 0] + 0.5 * median(b, c, d) = 0.5 * [median(1, 2, 100), median(10, 20, -100)] = [1, 5]
+    np.testing.assert_array_equal(fedsm.personalized["site-a"]["w"], [1.0, 5.0])
+    # d: 0.5 * [100, -100] + 0.5 * [median(0, 1, 2), median(0, 10, 20)] = [50.5, -45]
+    np.testing.assert_array_equal(fedsm.personalized["site-d"]["w"], [50.5, -45.0])
+
+
+def test_the_default_mean_is_todays_weighted_average():
+    replies = [model_reply("site-a", w(1.0, 1.0), 10), model_reply("site-b", w(2.0, 2.0), 30),
+               model_reply("site-c", w(100.0, -100.0), 60)]
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog())
+
+    strategy.aggregate_train(1, replies)
+
+    np.testing.assert_allclose(strategy.global_weights["w"], [(10 + 60 + 6000) / 100, (10 + 60 - 6000) / 100])
+
+
+def test_krum_needs_enough_sites_and_the_check_runs_before_the_run():
+    # 6 sites: FedAvg's Krum with f = 1 needs 5; FedSM's SoftPull needs 6 (Krum over the 5 others)
+    assert check_run({"strategy": "fedavg", "aggregation": "krum", "krum-byzantine": 1}).ok
+    assert check_run({"strategy": "fedsm", "aggregation": "krum", "krum-byzantine": 1}).ok
+    problems = check_run({"strategy": "fedsm", "aggregation": "krum", "krum-byzantine": 2}).problems
+    assert any("needs at least 8 sites, the run has 6" in problem for problem in problems)
