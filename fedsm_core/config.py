@@ -111,6 +111,7 @@ class RunConfig:
     aggregation: str = owned(AggregationSettings, "name")
     trim_fraction: float = owned(AggregationSettings, "trim_fraction")
     krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
+    clip_update_norm: float = owned(AggregationSettings, "clip_update_norm")
     optimizer_state: str = owned(TrainingSettings, "optimizer_state")
     extra_rounds: int = owned(FedSMSettings, "extra_rounds")
     amplitude_normalization: bool = owned(HarmoFLSettings, "amplitude_normalization")

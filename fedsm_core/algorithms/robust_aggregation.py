@@ -40,11 +40,16 @@ class AggregationSettings:
     krum_byzantine : int
         ``f``: how many malicious sites ``krum`` tolerates (``krum-byzantine``);
         Krum needs ``K >= 2f + 3`` sites.
+    clip_update_norm : float
+        ``c`` of :func:`~fedsm_core.algorithms.update_clipping.clip_updates`:
+        each site's update is cut to at most ``c`` times the median update norm
+        before a global model is averaged; 0 turns it off (``clip-update-norm``).
     """
 
     name: str = setting("mean", "aggregation", choices=AGGREGATIONS)
     trim_fraction: float = setting(0.2, "trim-fraction", low=0.0, high=0.49)
     krum_byzantine: int = setting(1, "krum-byzantine", low=0, high=1000)
+    clip_update_norm: float = setting(0.0, "clip-update-norm", low=0.0, high=1e6)
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -18,6 +18,7 @@ import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
+from fedsm_core.algorithms.update_clipping import clip_updates
 from fedsm_core.checks import check_settings, setting
 from fedsm_core.models.weights import Weights, check_same_layout
 
@@ -84,10 +85,13 @@ class ServerOptimizer:
         ``steps`` are the local steps each site took (used by ``fednova`` only);
         ``sizes`` are replaced by ones under ``site-weighting = equal``. The
         average is the ``aggregation``'s (:func:`~fedsm_core.algorithms.robust_aggregation.robust_average`):
-        the weighted mean, or a statistic one site cannot drag.
+        the weighted mean, or a statistic one site cannot drag; with
+        ``clip-update-norm`` each site's update is first cut to a typical length.
         """
         if self.settings.site_weighting == "equal":
             sizes = [1.0] * len(weights)
+        if self.aggregation.clip_update_norm:
+            weights = clip_updates(current, weights, self.aggregation.clip_update_norm)
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         else:

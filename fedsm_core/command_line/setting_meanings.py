@@ -226,6 +226,11 @@ MEANINGS: dict[str, str] = {
     "krum-byzantine": (
         "`krum`: `f`, the malicious sites Krum tolerates; it needs `2f + 3` replies (one more for SoftPull)"
     ),
+    "clip-update-norm": (
+        "cut each site's update of a global model to at most this many times the median update norm before "
+        "averaging (0: off), so no site moves the average by the length of its update alone "
+        "(`fedsm_core/algorithms/update_clipping.py`)"
+    ),
     "optimizer-state": (
         "a site's Adam for each model it trains (the single model of FedAvg and its variants and FedBN; FedSM's "
         "global copy, and its personalized model where that takes plain optimizer steps, as SoftPull and `ft` do): "

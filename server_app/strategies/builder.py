@@ -12,6 +12,7 @@ from fedsm_core.algorithms.baselines.fedbn import local_entries
 from fedsm_core.algorithms.baselines.scaffold import zero_controls
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec
+from fedsm_core.algorithms.fedsm.selector_head import views_per_image
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import DatasetInfo
 from fedsm_core.methods import METHODS, MODEL_FILES, Method
@@ -74,7 +75,8 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     fedsm, _ = config.start_fedsm(setup.spec, info.site_names, [node.pixels for node in setup.nodes])
     shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
     strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
-                             gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage)
+                             gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage,
+                             statistics_views=views_per_image(config.augmentation != "none"))
     return strategy, _super_model_saver(setup, fedsm, strategy)
 
 

@@ -56,6 +56,11 @@ class FedSMStrategy(SiteStrategy):
         sites' embedding statistics with this covariance shrinkage
         (:mod:`fedsm_core.algorithms.fedsm.selector_head`); ``None`` keeps the
         head as federated training left it (``selector-head = "trained"``).
+    statistics_views : int or None
+        Embeddings per training image in a site's statistics
+        (:func:`~fedsm_core.algorithms.fedsm.selector_head.views_per_image`): a
+        site's count must be its reported training images times this, or its
+        statistics are rejected; ``None`` does not check the count.
     """
 
     name = "FedSM"
@@ -70,10 +75,12 @@ class FedSMStrategy(SiteStrategy):
         gamma: Gamma = 0.5,
         gamma_selection: str = "fixed",
         selector_shrinkage: float | None = None,
+        statistics_views: int | None = None,
     ) -> None:
         super().__init__(nodes, plan, on_evaluate)
         self.fedsm = fedsm
         self.selector_shrinkage = selector_shrinkage
+        self.statistics_views = statistics_views
         self.gamma: Gamma = gamma
         self.gamma_selection = gamma_selection
         self.last_counts: dict[str, float] = {}
@@ -150,7 +157,11 @@ class FedSMStrategy(SiteStrategy):
             try:
                 if reply.has_error():
                     raise ValueError(f"client error: {reply.error.reason}")
-                statistics[site] = SelectorStatistics.from_arrays(decode_statistics_reply(reply.content))
+                received = SelectorStatistics.from_arrays(decode_statistics_reply(reply.content))
+                if self.statistics_views is not None:
+                    trained = next(node.num_train for node in self.nodes if node.site_name == site)
+                    received.check_count(trained * self.statistics_views)
+                statistics[site] = received
             except (KeyError, ValueError) as error:
                 log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
         try:

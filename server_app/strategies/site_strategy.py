@@ -57,6 +57,7 @@ class SiteStrategy:
 
     def __init__(self, nodes: Sequence[SiteNode], plan: RoundPlan, on_evaluate: EvaluationSink) -> None:
         self.nodes = list(nodes)
+        self.capped: list[tuple[int, str, int, int]] = []  # (round, site, claimed, reported) of capped counts
         self.node_of_site = {node.site_name: node.node_id for node in nodes}
         # Only a node that serves one site names it by itself; a simulated node may serve several.
         served = [node.node_id for node in nodes]
@@ -229,7 +230,21 @@ class SiteStrategy:
         if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 1):
             self.reject(server_round, site, f"malformed reply: num-examples = {value!r}, expected >= 1")
             return None
-        return int(value)
+        return self.capped_count(server_round, site, int(value))
+
+    def capped_count(self, server_round: int, site: str, claimed: int) -> int:
+        """``claimed``, at most the training images the site reported at discovery (a larger claim is logged).
+
+        A site's weight in every average is its claimed count, so a site that
+        claims more than it reported would outweigh the others by that alone.
+        """
+        reported = next((node.num_train for node in self.nodes if node.site_name == site), None)
+        if reported is None or claimed <= reported:
+            return claimed
+        log(WARNING, "round %d: site %s claims %d training images but reported %d at discovery; counted as %d",
+            server_round, site, claimed, reported, reported)
+        self.capped.append((server_round, site, claimed, reported))
+        return reported
 
     @staticmethod
     def local_steps(reply: Message) -> float:

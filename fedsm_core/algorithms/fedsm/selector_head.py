@@ -58,6 +58,21 @@ class SelectorStatistics:
                              "expected [D] and [D, D]")
         if not self.count >= 1 or not (np.all(np.isfinite(self.total)) and np.all(np.isfinite(self.gram))):
             raise ValueError(f"selector statistics: count = {self.count} (must be >= 1) or non-finite sums")
+        # Sums of real embeddings have a symmetric Gram matrix and a positive semi-definite scatter
+        # G - s s^T / n; fabricated ones that would tilt the fitted head often do not.
+        scale = max(1.0, float(np.trace(self.gram)))
+        if not np.allclose(self.gram, self.gram.T, rtol=1e-9, atol=1e-9 * scale):
+            raise ValueError("selector statistics: the Gram matrix is not symmetric")
+        lowest = float(np.linalg.eigvalsh(self.gram - np.outer(self.total, self.total) / self.count)[0])
+        if lowest < -1e-7 * scale:
+            raise ValueError(f"selector statistics: the scatter G - s s^T / n has eigenvalue {lowest:.3g} < 0; "
+                             "sums of real embeddings cannot")
+
+    def check_count(self, expected: float) -> None:
+        """``ValueError`` unless ``count`` is ``expected``: the site's reported training images times the views."""
+        if self.count != expected:
+            raise ValueError(f"selector statistics count {self.count:g} embeddings, expected {expected:g} (the "
+                             "training images the site reported at discovery times the views of each)")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The three sums as arrays, keyed by :data:`STATISTICS_KEYS`."""
@@ -74,6 +89,11 @@ class SelectorStatistics:
             raise ValueError(f"selector statistics: 'count' must hold one value, got shape {count.shape}")
         return cls(float(count[0]), np.asarray(arrays["sum"], dtype=np.float64),
                    np.asarray(arrays["gram"], dtype=np.float64))
+
+
+def views_per_image(flips: bool) -> int:
+    """Embeddings :func:`selector_statistics` sums per training image: 4 flips, or the image alone."""
+    return 4 if flips else 1
 
 
 def _views(images: torch.Tensor, flips: bool) -> list[torch.Tensor]:

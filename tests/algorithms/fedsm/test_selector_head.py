@@ -15,6 +15,7 @@ from fedsm_core.algorithms.fedsm.selector_head import (
     SelectorStatistics,
     fit_selector_head,
     selector_statistics,
+    views_per_image,
     with_fitted_head,
 )
 from fedsm_core.data.arrays import SegArrays
@@ -186,3 +187,22 @@ def test_a_head_for_another_selector_is_refused():
     statistics = [_stats([[1, 1]]), _stats([[0, 1]])]
     with pytest.raises(ValueError, match="another selector"):
         with_fitted_head(get_weights(selector), statistics, 0.1)
+
+
+def test_statistics_that_real_embeddings_cannot_have_are_refused():
+    # Prepare: two embeddings (1, 0) and (0, 1): n = 2, s = (1, 1), G = I
+    honest = {"count": np.array([2.0]), "sum": np.array([1.0, 1.0]), "gram": np.eye(2)}
+    SelectorStatistics.from_arrays(honest)  # the scatter I - s s^T / 2 has eigenvalues 1 and 0
+
+    # Assert: an asymmetric Gram matrix, and a Gram matrix too small for its sum (scatter eigenvalue -0.5)
+    with pytest.raises(ValueError, match="not symmetric"):
+        SelectorStatistics.from_arrays({**honest, "gram": np.array([[1.0, 0.5], [0.0, 1.0]])})
+    with pytest.raises(ValueError, match=r"eigenvalue -0.5 < 0"):
+        SelectorStatistics.from_arrays({**honest, "gram": np.eye(2) * 0.5})
+
+
+def test_a_count_other_than_the_reported_images_times_the_views_is_refused():
+    statistics = SelectorStatistics(8.0, np.zeros(2), np.eye(2))
+    statistics.check_count(2 * views_per_image(flips=True))  # two images, four views each
+    with pytest.raises(ValueError, match="count 8 embeddings, expected 3"):
+        statistics.check_count(3 * views_per_image(flips=False))

@@ -85,7 +85,7 @@ def test_a_site_without_a_valid_reply_keeps_its_personalized_model(site_c):
 def test_all_sites_replying_pull_every_personalized_model():
     # Prepare
     strategy = fedsm_strategy()
-    replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, 5.0, 40)]
+    replies = [*_replies_of_a_and_b(), _train_reply("site-c", w(2.0, 2.0), w(4.0, 4.0), 6.0, 5.0, 20)]
 
     # Execute
     strategy.aggregate_train(1, replies)
@@ -98,8 +98,8 @@ def test_all_sites_replying_pull_every_personalized_model():
     np.testing.assert_array_equal(personalized["site-b"]["w"], [6.0, 3.0])
     # c: 0.5 * [4, 4] + 0.25 * ([4, 8] + [8, 0]) = [5, 4]
     np.testing.assert_array_equal(personalized["site-c"]["w"], [5.0, 4.0])
-    # global: (10 * [1, 1] + 30 * [5, 9] + 40 * [2, 2]) / 80 = [3, 4.5]
-    np.testing.assert_array_equal(strategy.fedsm.global_weights["w"], [3.0, 4.5])
+    # global: (10 * [1, 1] + 30 * [5, 9] + 20 * [2, 2]) / 60 = [10 / 3, 16 / 3]
+    np.testing.assert_allclose(strategy.fedsm.global_weights["w"], [10 / 3, 16 / 3], rtol=1e-15)
     np.testing.assert_array_equal(strategy.fedsm.selector_weights["s"], [4.0])
     assert strategy.missed == []
 

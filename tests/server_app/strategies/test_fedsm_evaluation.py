@@ -190,3 +190,15 @@ def test_each_site_gets_only_the_personalized_models_its_images_need():
                                                              required=[0])[0]["w"], [1.0, 1.0])
     assert list(messages[NODE["site-a"]][records.CONFIG]["sent-models"]) == [0]
     assert "sent-models" not in messages[NODE["site-c"]][records.CONFIG]
+
+
+def test_statistics_whose_count_is_not_the_sites_reported_images_keep_the_trained_head():
+    # Prepare: every site reports two embeddings, but the sites reported 10, 30 and 20 images at discovery
+    strategy = FedSMStrategy(_head_strategy(0.5).fedsm, NODES, RoundPlan(5, 1), EvaluationLog(), gamma=0.5,
+                             selector_shrinkage=0.5, statistics_views=1)
+
+    # Execute
+    strategy.prepare_evaluation(_statistics_grid(), 3, timeout=1.0, split="val")
+
+    # Assert: every site's statistics are rejected, so the head stays as trained
+    np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))

@@ -103,14 +103,18 @@ def test_fedsm_takes_the_median_for_the_global_model_the_selector_and_softpulls_
     np.testing.assert_array_equal(fedsm.personalized["site-d"]["w"], [50.5, -45.0])
 
 
-def test_the_default_mean_is_todays_weighted_average():
+def test_the_default_mean_is_todays_weighted_average_with_each_claim_capped_at_the_reported_count():
+    # Prepare: the sites reported 10, 30 and 20 training images at discovery; site-c claims 1000
     replies = [model_reply("site-a", w(1.0, 1.0), 10), model_reply("site-b", w(2.0, 2.0), 30),
-               model_reply("site-c", w(100.0, -100.0), 60)]
+               model_reply("site-c", w(100.0, -100.0), 1000)]
     strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog())
 
+    # Execute
     strategy.aggregate_train(1, replies)
 
-    np.testing.assert_allclose(strategy.global_weights["w"], [(10 + 60 + 6000) / 100, (10 + 60 - 6000) / 100])
+    # Assert: weighted by 10, 30 and 20 (not 1000), and the cap is recorded
+    np.testing.assert_allclose(strategy.global_weights["w"], [(10 + 60 + 2000) / 60, (10 + 60 - 2000) / 60])
+    assert strategy.capped == [(1, "site-c", 1000, 20)]
 
 
 def test_krum_needs_enough_sites_and_the_check_runs_before_the_run():
