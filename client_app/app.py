@@ -37,6 +37,7 @@ from app_protocol.train_messages import (
     encode_model_reply,
     encode_selector_reply,
 )
+from client_app.attacks import attacked_reply, site_attacks, with_flipped_labels
 from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import SiteFiles, load_site_state, save_site_state
@@ -138,7 +139,10 @@ def query(msg: Message, context: Context) -> Message:
 def selector_statistics_reply(msg: Message, context: Context) -> RecordDict:
     """Sums of the received selector's embeddings of the training split, for fitting its head on the server."""
     config, info, site_index, device = _setup(msg, context)
-    site = _load_site(config, context, site_index)
+    attacks = site_attacks(config.attack_settings, info.site_names[site_index], context.node_config)
+    # fake-statistics: a malicious site reports the next site's statistics as its own
+    source = (site_index + 1) % info.num_sites if "fake-statistics" in attacks else site_index
+    site = _load_site(config, context, source)
     selector = _spec(config, info).build_selector()
     set_weights(selector, decode_statistics_query(msg.content), "selector")
     statistics = selector_statistics(selector, site.train, config.augmentation != "none", config.batch_size * 2,
@@ -190,9 +194,14 @@ def train(msg: Message, context: Context) -> Message:
     request = decode_train(msg.content)
     settings = config.round_settings(request.server_round, site_index)
     torch.manual_seed(settings.seed)
-    job = SiteJob(request, context, config, _spec(config, info), _load_site(config, context, site_index),
-                  site_index, settings, device)
+    site = _load_site(config, context, site_index)
+    attacks = site_attacks(config.attack_settings, site.name, context.node_config)  # simulation only
+    if "label-flip" in attacks:
+        site = with_flipped_labels(site)
+    job = SiteJob(request, context, config, _spec(config, info), site, site_index, settings, device)
     content = SITE_ROUNDS[job.method.site_round](job)
+    if attacks:
+        content = attacked_reply(content, request.weights, attacks, config.attack_scale, settings.seed)
     # The site's own time, which the server sets against the exchange's wall time (timing.csv)
     content[records.METRICS][records.SITE_SECONDS] = time.perf_counter() - began
     return Message(content, reply_to=msg)

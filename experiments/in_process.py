@@ -93,7 +93,7 @@ def train_round(federation: Federation, server_round: int) -> int:
     federation.fedsm.aggregate(updates, server_round)
     config = federation.config
     schedule = AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay)
-    if config.uses_amplitude_normalization and schedule.due(server_round):  # as the FedSM strategy does
+    if config.harmofl_settings.amplitude_normalization and schedule.due(server_round):  # as the FedSM strategy does
         federation.fedsm.fix_amplitude(schedule, list(updates.values()))
     return images
 

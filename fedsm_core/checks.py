@@ -90,3 +90,24 @@ def check_integer(key: str, value: int, low: int) -> None:
         raise ValueError(f"{key} = {value!r} must be an integer >= {low}")
     if value < low:
         raise ValueError(f"{key} = {value} must be >= {low}")
+
+
+def coerce_value(key: str, value: Any, default: Any, where: str) -> Any:
+    """A run-config value as the type of the key's ``default`` (an int is a float, a whole float an int).
+
+    ``TypeError`` names the key, the value found, the type expected and ``where`` to fix it.
+    """
+    expected = type(default)
+    if expected is bool and not isinstance(value, bool):
+        raise TypeError(f"run-config '{key}' = {value!r} must be true or false; {where}")
+    if isinstance(value, bool) and expected is not bool:
+        raise TypeError(f"run-config '{key}' = {value!r} is a boolean, expected {expected.__name__}; {where}")
+    if expected is float and isinstance(value, int):
+        return float(value)
+    if expected is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, expected):
+        raise TypeError(
+            f"run-config '{key}' = {value!r} has type {type(value).__name__}, expected {expected.__name__}; {where}"
+        )
+    return value

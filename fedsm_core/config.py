@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
+from fedsm_core.algorithms.attacks import FEDSM_ONLY, AttackSettings
 from fedsm_core.algorithms.baselines.harmofl_settings import HarmoFLSettings
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, initial_fedsm
 from fedsm_core.algorithms.fedsm.settings import FedSMSettings
@@ -26,7 +27,7 @@ from fedsm_core.algorithms.personalization.settings import PersonalizationSettin
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
-from fedsm_core.checks import check_choice, check_settings, setting
+from fedsm_core.checks import check_choice, check_settings, coerce_value, setting
 from fedsm_core.data.statistics import ChannelStatistics
 from fedsm_core.data.synthetic_copies import STYLE_ONLY_DATASET, fundus_site_count
 from fedsm_core.methods import STRATEGIES, method
@@ -112,6 +113,8 @@ class RunConfig:
     trim_fraction: float = owned(AggregationSettings, "trim_fraction")
     krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
     clip_update_norm: float = owned(AggregationSettings, "clip_update_norm")
+    attack: str = owned(AttackSettings, "plan")
+    attack_scale: float = owned(AttackSettings, "scale")
     optimizer_state: str = owned(TrainingSettings, "optimizer_state")
     extra_rounds: int = owned(FedSMSettings, "extra_rounds")
     amplitude_normalization: bool = owned(HarmoFLSettings, "amplitude_normalization")
@@ -158,7 +161,8 @@ class RunConfig:
             raise ValueError("output-dir is empty")
         # Each subsystem's settings are built here, once (each checks itself), and kept for the run.
         _ = (self.training_settings, self.fedsm_settings, self.personalization_settings, self.knn_settings,
-             self.harmofl_settings, self.server_settings, self.aggregation_settings, self.stopping_rule)
+             self.harmofl_settings, self.server_settings, self.aggregation_settings, self.attack_settings,
+             self.stopping_rule)
         _check_across(self)
 
     def _owned(self, owner: type, **more: Any) -> Any:
@@ -208,6 +212,11 @@ class RunConfig:
         return self._owned(AggregationSettings)
 
     @cached_property
+    def attack_settings(self) -> AttackSettings:
+        """Which simulated sites turn malicious, and how (simulation only)."""
+        return self._owned(AttackSettings)
+
+    @cached_property
     def stopping_rule(self) -> StoppingRule | None:
         """The rule of the ``stop-*`` keys up to ``num-server-rounds``; ``None`` when ``stop-window = 0``."""
         return self._owned(StoppingSettings).rule(self.num_server_rounds)
@@ -235,16 +244,6 @@ class RunConfig:
         """Rounds the run lasts: ``num-server-rounds``, plus ``extra-rounds`` for FedSM-extra's selector."""
         extra = self.extra_rounds if method(self.strategy).extra_selector else 0
         return self.num_server_rounds + extra
-
-    @property
-    def uses_amplitude_normalization(self) -> bool:
-        """HarmoFL always normalizes amplitudes; other strategies when ``amplitude-normalization`` is set."""
-        return self.harmofl_settings.amplitude_normalization
-
-    @property
-    def active_perturbation_alpha(self) -> float:
-        """The weight-perturbation radius local training uses (0 = plain steps)."""
-        return self.harmofl_settings.active_perturbation_alpha
 
     def model_spec(self, num_structures: int, num_sites: int) -> ModelSpec:
         """The models this run's settings define; server, clients and experiments all build them here."""
@@ -283,7 +282,7 @@ class RunConfig:
             selector_negatives=self.selector_negatives,
             augmentation=training.augmentation,
             personalization=self.personalization_settings,
-            perturbation_alpha=self.active_perturbation_alpha,
+            perturbation_alpha=self.harmofl_settings.active_perturbation_alpha,
             precision=training.precision,
             style_augmentation=training.style_augmentation,
         )
@@ -304,7 +303,8 @@ class RunConfig:
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ValueError(f"unknown run-config key(s) {unknown}; valid keys: {sorted(fields)}")
-        parsed = {fields[key].name: _coerce(key, value, fields[key].default) for key, value in values.items()}
+        parsed = {fields[key].name: coerce_value(key, value, fields[key].default, WHERE)
+                  for key, value in values.items()}
         return cls(**parsed)
 
     def to_mapping(self) -> dict[str, Any]:
@@ -335,25 +335,13 @@ def _check_across(config: RunConfig) -> None:
         raise ValueError(f"aggregation = '{config.aggregation}' with step-normalization = "
                          f"'{config.step_normalization}': FedNova's average weighs each site's update by its steps, "
                          "which a robust statistic does not; use one of them")
+    fedsm_attacks = sorted({kind for _, kind in config.attack_settings.items() if kind in FEDSM_ONLY})
+    if fedsm_attacks and family != "fedsm":
+        raise ValueError(f"attack = '{config.attack}': {fedsm_attacks} attack FedSM's personalized models or "
+                         f"selector, which strategy = '{config.strategy}' has none of; use 'sign-flip', 'noise', "
+                         "'label-flip' or 'inflate-count'")
     if config.stop_window and method(config.strategy).extra_selector:
         raise ValueError(
             f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "
             "start at num-server-rounds, so the run cannot stop early. Run 'fedsm' with the rule and give "
             f"'{config.strategy}' the rounds FedSM stopped at, or set stop-window = 0")
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    expected = type(default)
-    if expected is bool and not isinstance(value, bool):
-        raise TypeError(f"run-config '{key}' = {value!r} must be true or false; {WHERE}")
-    if isinstance(value, bool) and expected is not bool:
-        raise TypeError(f"run-config '{key}' = {value!r} is a boolean, expected {expected.__name__}; {WHERE}")
-    if expected is float and isinstance(value, int):
-        return float(value)
-    if expected is int and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if not isinstance(value, expected):
-        raise TypeError(
-            f"run-config '{key}' = {value!r} has type {type(value).__name__}, expected {expected.__name__}; {WHERE}"
-        )
-    return value

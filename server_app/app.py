@@ -58,7 +58,8 @@ def main(grid: Grid, context: Context) -> None:
     info = training_dataset(config.dataset, config.held_out_site)
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
-    nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0))
+    nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0),
+                           simulation_only=f"attack = '{config.attack}'" if config.attack else "")
     spec = config.model_spec(len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.total_rounds)
     # The sites keep per-site state under this key; a resumed run takes its original run's key instead
@@ -107,6 +108,12 @@ def write_outcome(folder: Path, config: RunConfig, strategy: SiteStrategy, repor
     for server_round, site, why in strategy.missed:
         log(WARNING, "round %d: %s missed (%s)", server_round, site, why)
         notes.append(f"round {server_round}: {site} missed ({why})")
+    for site, kind in config.attack_settings.items():
+        notes.append(f"simulated attack: {site} is malicious ({kind}, attack-scale {config.attack_scale:g}); "
+                     f"aggregation = {config.aggregation}")
+    for server_round, site, claimed, reported in strategy.capped:
+        notes.append(f"round {server_round}: {site} claimed {claimed} training images, counted as the {reported} "
+                     "it reported at discovery")
     for site, why in strategy.evaluation_gaps.get("test", {}).items():
         log(WARNING, "%s has no test result (%s)", site, why)
         notes.append(f"no test result for {site}: {why}")

@@ -77,8 +77,13 @@ def assign_nodes(grid: Grid, site_names: tuple[str, ...], timeout: float) -> Ass
         time.sleep(POLL_SECONDS)
 
 
-def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> list[SiteNode]:
+def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float,
+                   simulation_only: str = "") -> list[SiteNode]:
     """The node of every site, with each site's split sizes and pixel statistics.
+
+    ``simulation_only`` names a setting that runs only in the simulation (the
+    attack simulator); deployment SuperNodes then stop the run before any
+    site is asked for data.
 
     Raises
     ------
@@ -88,6 +93,9 @@ def discover_sites(grid: Grid, site_names: tuple[str, ...], timeout: float) -> l
         For nodes that cannot serve the dataset (see :func:`server_app.site_assignment.assign_sites`).
     """
     assignment = assign_nodes(grid, site_names, timeout)
+    if simulation_only and not assignment.simulated:
+        raise ValueError(f"{simulation_only} runs only in the simulation, but these nodes are deployment "
+                         "SuperNodes (their node config names their site); remove it from the run config")
     messages = [_query(node, records.ASK_SITE, site_names[index])
                 for index, node in sorted(assignment.node_of_site.items())]
     replies = list(grid.send_and_receive(messages, timeout=timeout))

@@ -46,6 +46,6 @@ class RoundPlan:
 def round_plan(config: RunConfig, state_key: str = "") -> RoundPlan:
     """The plan of a run: its total rounds, evaluation schedule, min-replies, amplitude schedule and state key."""
     amplitude = (AmplitudeSchedule(config.amplitude_freeze_round, config.amplitude_decay, config.aggregation_settings)
-                 if config.uses_amplitude_normalization else None)
+                 if config.harmofl_settings.amplitude_normalization else None)
     return RoundPlan(config.total_rounds, config.eval_every, config.min_replies, amplitude, state_key,
                      config.aggregation_settings)

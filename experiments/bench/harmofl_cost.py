@@ -49,7 +49,7 @@ def time_variant(settings: dict[str, object], site_index: int, repeats: int) -> 
     weights = get_weights(spec.build_segmentation())
     train = RoundSettings(config.batch_size, config.local_epochs, config.max_local_steps, config.lr,
                           config.selector_lr, config.seed, augmentation=config.augmentation,
-                          perturbation_alpha=config.active_perturbation_alpha)
+                          perturbation_alpha=config.harmofl_settings.active_perturbation_alpha)
     device = select_device(config.device)
     times, steps = [], 0.0
     for _ in range(repeats):

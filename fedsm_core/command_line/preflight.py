@@ -106,8 +106,8 @@ def _data_problems(config: RunConfig, require_paths: bool) -> list[str]:
     return problems
 
 
-def _site_problems(config: RunConfig, num_sites: int) -> list[str]:
-    problems = []
+def _site_problems(config: RunConfig, site_names: tuple[str, ...]) -> list[str]:
+    problems, num_sites = [], len(site_names)
     if METHODS[config.strategy].family == "fedsm" and config.personalization == "softpull":
         try:
             check_lam(config.softpull_lambda, num_sites)
@@ -121,6 +121,10 @@ def _site_problems(config: RunConfig, num_sites: int) -> list[str]:
             problems.append(f"aggregation = 'krum' with krum-byzantine = {config.krum_byzantine} needs at least "
                             f"{needed} sites, the run has {num_sites}; lower krum-byzantine or use 'trimmed-mean' "
                             "or 'median'")
+    unknown = [site for site in config.attack_settings.sites if site not in site_names]
+    if unknown:
+        problems.append(f"attack = '{config.attack}' names {unknown}, which are not sites of the run "
+                        f"{list(site_names)}")
     if config.min_replies > num_sites:
         problems.append(f"min-replies = {config.min_replies} is more than the {num_sites} sites of the run; "
                         f"set it to {num_sites} or less")
@@ -159,7 +163,7 @@ def check_run(values: Mapping[str, Any] | RunConfig, require_paths: bool = False
         problems += _data_problems(config, require_paths)
     except (OSError, ValueError) as error:
         return RunCheck((), (*problems, str(error)))
-    problems += _site_problems(config, info.num_sites)
+    problems += _site_problems(config, tuple(info.site_names))
     return RunCheck(info.site_names, tuple(problems))
 
 

@@ -231,6 +231,17 @@ MEANINGS: dict[str, str] = {
         "averaging (0: off), so no site moves the average by the length of its update alone "
         "(`fedsm_core/algorithms/update_clipping.py`)"
     ),
+    "attack": (
+        "simulation only: make sites malicious, `<site>:<attack>` comma-separated, e.g. `site-6:sign-flip`; "
+        "attacks: `sign-flip` (sends `w - s (w_k - w)`), `noise` (a Gaussian update `s` times the honest norm), "
+        "`label-flip` (trains on inverted masks), `inflate-count` (claims 100x its images), and for FedSM "
+        "`poison-personalized` (its personalized model sign-flipped) and `fake-statistics` (another site's "
+        "selector statistics). The ServerApp refuses it with deployment SuperNodes "
+        "(`fedsm_core/algorithms/attacks.py`)"
+    ),
+    "attack-scale": (
+        "`s` of `sign-flip`, `noise` and `poison-personalized`"
+    ),
     "optimizer-state": (
         "a site's Adam for each model it trains (the single model of FedAvg and its variants and FedBN; FedSM's "
         "global copy, and its personalized model where that takes plain optimizer steps, as SoftPull and `ft` do): "

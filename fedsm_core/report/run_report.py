@@ -23,7 +23,8 @@ FIGURE_FOLDER = "report"  # the figures' PNGs, beside report.html
 ROUTING_TABLE_ID = "routing-matrix"
 TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global", "gamma")
 KEY_SETTINGS = ("strategy", "dataset", "num-server-rounds", "image-size", "data-scale", "seed", "softpull-lambda",
-                "gamma-selection", "selector-head", "personalization", "lr", "local-epochs", "max-local-steps")
+                "gamma-selection", "selector-head", "personalization", "lr", "local-epochs", "max-local-steps",
+                "aggregation", "attack", "attack-scale")
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }

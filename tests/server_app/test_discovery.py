@@ -54,3 +54,12 @@ def test_a_site_nobody_claims_stops_the_run():
     # Execute / Assert: node 12 is connected but does not answer
     with pytest.raises(RuntimeError, match=r"did not answer"):
         discover_sites(_deployment({11: 0, 12: None}), SITES, timeout=1)
+
+
+def test_a_simulation_only_setting_stops_a_run_of_deployment_supernodes_before_any_site_is_asked():
+    grid = _deployment({11: 0, 21: 1})
+
+    with pytest.raises(ValueError, match="attack = 'site-2:noise' runs only in the simulation"):
+        discover_sites(grid, SITES, timeout=1, simulation_only="attack = 'site-2:noise'")
+
+    assert all(sent.site is None for sent in grid.sent)  # only "who are you" was asked
