@@ -40,23 +40,16 @@ test Dice), ``seconds``), ``table.md`` (:mod:`experiments.ladder.table`) and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import datetime
-import fcntl
-import platform
-import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
-
-import torch
 
 from experiments.ladder.loops import CellResult, run_cell
 from experiments.ladder.table import write_table
 from experiments.progress import over_runs
 from experiments.runner import parse_overrides
+from experiments.sittings import locked, log_sitting
 from fedsm_core.config import RunConfig
 from fedsm_core.data.repartition import PARTITIONS
 
@@ -95,25 +88,6 @@ def finished_cells(csv_path: Path) -> set[tuple[str, str, str, int]]:
                 if r["kind"] == "seconds"}
 
 
-@contextlib.contextmanager
-def locked(path: Path, wait: bool = True):
-    """An exclusive ``flock`` on ``path`` (created), so sittings in several processes can share one folder.
-
-    Yields whether the lock was taken (always, when ``wait``).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
     """Add one finished cell's rows to the CSV (the header on first write), under the folder's lock."""
     with locked(csv_path.parent / "results.lock"):
@@ -138,24 +112,6 @@ def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, objec
     strategy = "fedavg" if base == CENTRALIZED else base  # centralized reads only the training settings
     return RunConfig.from_mapping({"eval-every": 5, **overrides, "dataset": dataset, "seed": seed,
                                    "data-seed": seed, "num-server-rounds": rounds, "strategy": strategy})
-
-
-def log_sitting(out: Path, argv: list[str], done: int, total: int) -> None:
-    """Append this sitting and its command to ``commands.md`` (versions on the first write)."""
-    path = out / "commands.md"
-    if not path.exists():
-        path.write_text("# Commands\n\nRun, or continue after an interruption (finished cells are skipped):\n\n"
-                        f"    python -m experiments.ladder.run_ladder {' '.join(argv)}\n\n"
-                        "The table from the CSV alone:\n\n"
-                        f"    python -m experiments.ladder.table --csv {out}/results.csv --out {out}/table.md\n\n"
-                        "## Versions\n\n"
-                        f"- python {platform.python_version()}\n- torch {torch.__version__}\n"
-                        f"- flwr {metadata.version('flwr')}\n\n## Sittings\n\n")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    with path.open("a") as handle:
-        handle.write(f"- {stamp}, commit {commit}: {done} of {total} cells finished at the start; "
-                     f"`{' '.join(argv)}`\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     todo = cells(args.datasets, args.methods, args.seeds, args.rungs, args.variant, args.centralized_variant)
     done = finished_cells(csv_path)
     args.out.mkdir(parents=True, exist_ok=True)
-    log_sitting(args.out, sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
+    log_sitting(args.out, "experiments.ladder.run_ladder", "experiments.ladder.table",
+                sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
     left = [cell for cell in todo if cell not in done]
     for cell in over_runs(left, "ladder", total=len(todo), done=len(todo) - len(left)):
         folder = cell_folder(args.out, cell)

@@ -1,0 +1,1 @@
+"""The robustness study: every simulated attack against every aggregation (``run_robustness``, ``table``)."""

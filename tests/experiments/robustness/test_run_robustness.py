@@ -1,0 +1,59 @@
+"""The robustness study: cells written once and skipped after, and the table's honest-site arithmetic."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from experiments.robustness import run_robustness
+from experiments.robustness.table import COLUMNS, honest_scores, write_table
+
+TINY = "image-size=32 data-scale=0.1 max-local-steps=1 selector-width=4"
+
+
+def test_a_study_writes_every_cell_once_and_a_second_sitting_trains_nothing(tmp_path, monkeypatch):
+    # Prepare
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
+    args = ["--out", str(tmp_path / "study"), "--datasets", "synthetic-fundus", "--methods", "fedavg",
+            "--attacks", "none", "sign-flip", "--aggregations", "median", "--rounds", "1",
+            "--run-config", TINY]
+
+    # Execute
+    assert run_robustness.main(args) == 0
+    monkeypatch.setattr(run_robustness, "run_cell", lambda *a: pytest.fail("a finished cell was trained again"))
+    assert run_robustness.main(args) == 0
+
+    # Assert: two cells, each with six sites' test Dice and its seconds per round; the table has them all
+    with (tmp_path / "study" / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["attack"], r["aggregation"]) for r in rows} == {("none", "median"), ("sign-flip", "median")}
+    assert sum(r["kind"] == "test" for r in rows) == 2 * 6 and sum(r["kind"] != "test" for r in rows) == 2
+    table = (tmp_path / "study" / "table.md").read_text()
+    assert "| sign-flip |" in table and (tmp_path / "study" / "plot.png").stat().st_size > 0
+    assert (tmp_path / "study" / "commands.md").read_text().count("cells finished at the start") == 2
+
+
+def test_fedsm_only_attacks_are_planned_for_fedsm_alone():
+    planned = run_robustness.cells(["d"], ["fedavg", "fedsm"], ["none", "poison-personalized"], ["mean"], [0])
+    assert planned == [("d", "fedavg", "none", "mean", 0), ("d", "fedsm", "none", "mean", 0),
+                       ("d", "fedsm", "poison-personalized", "mean", 0)]
+
+
+def test_the_table_averages_the_honest_sites_only_and_reports_points_against_the_clean_mean(tmp_path):
+    # Prepare: site-6 attacks; honest sites a, b score 0.8 / 0.9 clean, 0.4 / 0.5 attacked under the mean
+    path = tmp_path / "results.csv"
+    rows = [("d", "fedavg", attack, "mean", 0, "test", site, value)
+            for attack, values in (("none", (0.8, 0.9, 0.1)), ("sign-flip", (0.4, 0.5, 0.0)))
+            for site, value in zip(("site-1", "site-2", "site-6"), values, strict=True)]
+    rows += [("d", "fedavg", attack, "mean", 0, "seconds-per-round", "", 2.0) for attack in ("none", "sign-flip")]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([COLUMNS, *rows])
+
+    # Execute
+    dice, _ = honest_scores(path, "site-6")
+    table = write_table(path, tmp_path / "table.md").read_text()
+
+    # Assert: (0.8 + 0.9) / 2 = 0.85 clean, 0.45 attacked: -40 points
+    assert dice[("d", "fedavg", "none", "mean")] == [pytest.approx(0.85)]
+    assert "| sign-flip | 0.4500 (-40.0) |" in table
