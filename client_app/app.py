@@ -286,8 +286,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     spec = _spec(config, info)
     data = getattr(site, request.split)
     if request.super_model is None:
-        model = spec.build_segmentation()
-        set_weights(model, request.global_weights, "global model")
+        model = spec.load_segmentation(request.global_weights, "global model")
         knn = knn_metrics(config, model, site, device) if request.split == "test" and config.knn_per else {}
         metrics = evaluate_model(model, data, config.batch_size * 2, device)
         write_test_overlays(model_predictor(model), data, site.name, request.overlay_dir, context, device)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
+from collections.abc import Mapping
 
+import numpy as np
+import torch
 import torch.nn as nn
 
 from fedsm_core.checks import check_choice
@@ -11,6 +16,7 @@ from fedsm_core.models.amplitude import AmplitudeNormalization, AmplitudeNormali
 from fedsm_core.models.input_standardization import INPUT_NORMS, InputStandardized
 from fedsm_core.models.segmentation import build_segmentation_model
 from fedsm_core.models.selector import Selector
+from fedsm_core.models.weights import set_weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +73,17 @@ class ModelSpec:
                                        self.amplitude_size)
         return AmplitudeNormalized(layer, net)
 
+    def load_segmentation(self, weights: Mapping[str, np.ndarray], where: str = "weights") -> nn.Module:
+        """A U-Net holding ``weights`` (every entry; a key or shape mismatch raises ``ValueError`` naming ``where``).
+
+        A copy of one template per spec, not a fresh build: the random
+        initialisation that loading overwrites anyway costs more than the copy,
+        and it draws nothing from the global random state.
+        """
+        model = copy.deepcopy(_template(self))
+        set_weights(model, weights, where)
+        return model
+
     def build_selector(self) -> Selector:
         """A freshly initialised selector with K outputs."""
         return Selector(self.num_sites, self.selector_width, self.in_channels)
@@ -74,3 +91,10 @@ class ModelSpec:
     def to_dict(self) -> dict[str, str | int]:
         """Plain values, for bundles and messages."""
         return dataclasses.asdict(self)
+
+
+@functools.lru_cache(maxsize=8)
+def _template(spec: ModelSpec) -> nn.Module:
+    """One U-Net of ``spec`` to copy, drawn without touching the caller's random state."""
+    with torch.random.fork_rng(devices=[]):
+        return spec.build_segmentation()

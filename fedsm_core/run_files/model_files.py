@@ -24,7 +24,6 @@ import torch
 import torch.nn as nn
 
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import set_weights
 
 BUNDLE_FORMAT = "fedsm-super-model/1"
 GLOBAL_MODEL_FORMAT = "fedsm-global-model/1"
@@ -114,6 +113,6 @@ def global_model_from_payload(payload: dict[str, Any], path: Path,
         image_size=int(payload["image_size"]),
         extra=dict(payload["extra"]),
     )
-    model = info.spec.build_segmentation()
-    set_weights(model, {key: value.numpy() for key, value in payload["weights"].items()}, f"{path}: global model")
+    model = info.spec.load_segmentation({key: value.numpy() for key, value in payload["weights"].items()},
+                                        f"{path}: global model")
     return model.to(device).eval(), info

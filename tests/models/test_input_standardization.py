@@ -65,3 +65,4 @@ def test_the_run_setting_reaches_the_spec_and_a_bad_value_is_named():
     assert RunConfig().model_spec(2, 6).input_norm == "none"
     with pytest.raises(ValueError, match="input-norm = 'per-site' is not one of"):
         RunConfig.from_mapping({"input-norm": "per-site"})
+

@@ -18,7 +18,7 @@ from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import Weights, get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
 from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
 
@@ -69,8 +69,7 @@ def train_global_client(
     (GlobalUpdate, dict)
         The update for the server and the mean loss / step count.
     """
-    model = spec.build_segmentation()
-    set_weights(model, global_weights, "global model")
+    model = spec.load_segmentation(global_weights, "global model")
     model.to(device)
     hooks: list[TrainingHook] = segmentation_hooks(settings)
     if options.proximal_mu > 0:

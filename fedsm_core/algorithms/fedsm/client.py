@@ -82,7 +82,7 @@ def train_fedsm_client(
     """
     if not 0 <= site_index < spec.num_sites:
         raise ValueError(f"site index {site_index} is outside 0..{spec.num_sites - 1}")
-    global_model = _loaded(spec.build_segmentation(), payload.global_weights, "global model", device)
+    global_model = spec.load_segmentation(payload.global_weights, "global model").to(device)
     personal = personalization(settings.personalization.method).start(PersonalStart(
         global_model, payload.global_weights, payload.personal_weights, client_state or {},
         build=lambda: spec.build_segmentation().to(device),

@@ -87,8 +87,7 @@ def train_extra_selector_client(
     """
     candidates = []
     for index, weights in enumerate([global_weights, *personalized]):
-        model = spec.build_segmentation()
-        set_weights(model, weights, "global model" if index == 0 else f"personalized model {index - 1}")
+        model = spec.load_segmentation(weights, "global model" if index == 0 else f"personalized model {index - 1}")
         candidates.append(model.to(device))
     selector = extra_spec(spec).build_selector()
     set_weights(selector, selector_weights, "FedSM-extra selector")

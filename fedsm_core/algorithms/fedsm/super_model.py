@@ -180,16 +180,13 @@ def assemble_super_model(
     names = list(names) if names is not None else [str(index) for index in range(len(personalized))]
     if len(names) != len(personalized):
         raise ValueError(f"{where}{len(personalized)} personalized models for {len(names)} sites {names}")
-    global_model = spec.build_segmentation()
-    set_weights(global_model, global_weights, f"{where}global model")
+    global_model = spec.load_segmentation(global_weights, f"{where}global model")
     models = []
     for index, (name, weights) in enumerate(zip(names, personalized, strict=True)):
         if weights is None:
             models.append(MissingModel(index))
             continue
-        model = spec.build_segmentation()
-        set_weights(model, weights, f"{where}personalized model of {name}")
-        models.append(model)
+        models.append(spec.load_segmentation(weights, f"{where}personalized model of {name}"))
     selector_spec = dataclasses.replace(spec, num_sites=spec.num_sites + int(selector_includes_global))
     selector = selector_spec.build_selector()
     set_weights(selector, selector_weights, f"{where}selector")
