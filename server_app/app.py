@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
@@ -62,8 +63,10 @@ def main(grid: Grid, context: Context) -> None:
                            simulation_only=f"attack = '{config.attack}'" if config.attack else "")
     spec = config.model_spec(len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.total_rounds)
-    # The sites keep per-site state under this key; a resumed run takes its original run's key instead
-    strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter, state_key=folder.name))
+    # The sites keep per-site state under this key; a resumed run takes its original run's key instead. The
+    # random part keeps apart runs started in the same second under other output folders (same folder name).
+    state_key = f"{folder.name}-{uuid.uuid4().hex[:8]}"
+    strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter, state_key=state_key))
     first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
     checkpoint = folder / CHECKPOINT_FILE
     clock = RoundClock(first_round, strategy.num_rounds)

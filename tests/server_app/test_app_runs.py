@@ -157,6 +157,24 @@ def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends(tiny_fedsm, i
     assert resumed_rows == tiny_fedsm.straight_rows
 
 
+def test_a_resumed_run_with_kept_adam_state_and_server_momentum_ends_where_the_uninterrupted_run_ends(
+        in_process_app):
+    # Arrange: each site keeps its Adam state (at the site) and the server its momentum (in the checkpoint)
+    kept = f"{TINY} strategy='fedavg' optimizer-state='local' server-optimizer='momentum' server-momentum=0.5"
+    first, _, _ = in_process_app(kept.replace("num-server-rounds=2", "num-server-rounds=1"), name="first")
+
+    # Execute: round 2 resumed from round 1, and two rounds straight
+    resumed, resumed_rows, _ = in_process_app(f"{kept} resume-from='{first / CHECKPOINT_FILE}'", name="resumed")
+    straight, straight_rows, _ = in_process_app(kept, name="straight")
+
+    # Assert: the same model, server moments and numbers, bit for bit
+    a, b = load_checkpoint(resumed / CHECKPOINT_FILE), load_checkpoint(straight / CHECKPOINT_FILE)
+    _assert_same_arrays(a["state"]["global"], b["state"]["global"], "global")
+    for key, moments in b["state"]["server-optimizer"].items():
+        _assert_same_arrays(a["state"]["server-optimizer"][key], moments, key)
+    assert resumed_rows == straight_rows
+
+
 def test_a_resume_with_changed_settings_is_refused_naming_the_change(tiny_fedsm, in_process_app):
     with pytest.raises(ValueError, match=r"lr: 0.002 -> 0.01"):
         in_process_app(f"{TINY} lr=0.01 resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'")
