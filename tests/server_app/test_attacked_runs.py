@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+from support.in_process_grid import TINY
+
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
+
 RUN = "num-server-rounds=4 max-local-steps=2 image-size=32 data-scale=0.1 eval-every=4 strategy='fedavg'"
 ATTACK = "attack='site-6:sign-flip' attack-scale=4.0"
 
@@ -31,3 +36,17 @@ def test_a_sign_flipping_site_wrecks_the_mean_but_not_the_trimmed_mean(in_proces
     assert _honest_test_dice(trimmed) > 0.5 * base
     summary = (folder / "summary.md").read_text()
     assert "simulated attack: site-6 is malicious (sign-flip, attack-scale 4); aggregation = trimmed-mean" in summary
+
+
+def test_fedsm_attacks_reach_every_personalized_model_and_fake_statistics_are_refused(tiny_fedsm, in_process_app):
+    # Execute: the session's tiny FedSM run again, with site-6 poisoning its personalized model and site-5
+    # reporting site-6's selector statistics as its own
+    folder, _, grid = in_process_app(f"{TINY} attack='site-6:poison-personalized,site-5:fake-statistics'")
+
+    # Assert: SoftPull carried site-6's poison into site-1's model; site-5's statistics fail the count check
+    attacked = load_checkpoint(folder / CHECKPOINT_FILE)["state"]["personalized"]["site-1"]
+    clean = load_checkpoint(tiny_fedsm.straight / CHECKPOINT_FILE)["state"]["personalized"]["site-1"]
+    assert any(not np.array_equal(attacked[key], clean[key]) for key in clean)
+    assert any("selector statistics of site-5 rejected" in line and "expected" in line for line in grid.log)
+    summary = (folder / "summary.md").read_text()
+    assert "site-6 is malicious (poison-personalized" in summary and "site-5 is malicious (fake-statistics" in summary
