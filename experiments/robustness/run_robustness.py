@@ -3,8 +3,9 @@ r"""One malicious site of six against each aggregation: the honest sites' test D
 Each cell is one whole federated run through the real ServerApp and ClientApps
 in this process (:mod:`experiments.in_process_app`): a dataset, a method, an
 attack made by ``--attacked-site`` (``none``: the same run without one), an
-``aggregation`` and a seed. It records every site's test Dice of the deployed
-model (FedAvg's global model, FedSM's super model) and the seconds per round.
+``aggregation`` (``<name>+clip`` also sets ``clip-update-norm = --clip-factor``)
+and a seed. It records every site's test Dice of the deployed model (FedAvg's
+global model, FedSM's super model) and the seconds per round.
 The table reads the client average over the honest sites only, the attacked
 site left out of every cell alike (with and without attack). Usage::
 
@@ -36,6 +37,7 @@ from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
 
 NONE = "none"
+CLIPPED = "+clip"  # an aggregation name with this suffix also cuts updates to --clip-factor x the median norm
 Cell = tuple[str, str, str, str, int]  # dataset, method, attack, aggregation, seed
 
 
@@ -54,13 +56,15 @@ def finished_cells(csv_path: Path) -> set[Cell]:
                 for r in csv.DictReader(handle)}
 
 
-def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, extra: dict) -> dict[str, object]:
+def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, extra: dict,
+                   clip_factor: float = 2.0) -> dict[str, object]:
     """The run config of one cell: ``extra`` plus the cell's dataset, method, attack, aggregation and seed."""
     dataset, method, attack, aggregation, seed = cell
     plan = "" if attack == NONE else f"{attacked_site}:{attack}"
+    name = aggregation.removesuffix(CLIPPED)
     values = {"eval-every": rounds, **extra, "dataset": dataset, "strategy": method, "seed": seed,
-              "data-seed": seed, "num-server-rounds": rounds, "aggregation": aggregation, "attack": plan,
-              "attack-scale": scale}
+              "data-seed": seed, "num-server-rounds": rounds, "aggregation": name, "attack": plan,
+              "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0}
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains
     return values
 
@@ -99,16 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", default=["synthetic-fundus", "synthetic-fundus-style"])
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedsm"], choices=sorted(METHODS))
     parser.add_argument("--attacks", nargs="+", default=[NONE, *ATTACKS], choices=[NONE, *ATTACKS])
-    parser.add_argument("--aggregations", nargs="+", default=list(AGGREGATIONS), choices=AGGREGATIONS)
+    parser.add_argument("--aggregations", nargs="+", default=list(AGGREGATIONS),
+                        choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS)])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--attacked-site", default="site-6")
     parser.add_argument("--attack-scale", type=float, default=4.0)
+    parser.add_argument("--clip-factor", type=float, default=2.0, help="clip-update-norm of '<name>+clip' cells")
     parser.add_argument("--run-config", default="", help='overrides, e.g. "image-size=64"')
     args = parser.parse_args(argv)
     extra = parse_overrides(args.run_config)
     todo = cells(args.datasets, args.methods, args.attacks, args.aggregations, args.seeds)
-    settings = {cell: cell_overrides(cell, args.rounds, args.attacked_site, args.attack_scale, extra) for cell in todo}
+    settings = {cell: cell_overrides(cell, args.rounds, args.attacked_site, args.attack_scale, extra, args.clip_factor)
+                for cell in todo}
     csv_path = args.out / "results.csv"
     done = finished_cells(csv_path)
     log_sitting(args.out, "experiments.robustness.run_robustness", "experiments.robustness.table",

@@ -34,6 +34,13 @@ def test_a_study_writes_every_cell_once_and_a_second_sitting_trains_nothing(tmp_
     assert (tmp_path / "study" / "commands.md").read_text().count("cells finished at the start") == 2
 
 
+def test_a_clipped_aggregation_sets_the_clip_factor_and_a_plain_one_none():
+    clipped = run_robustness.cell_overrides(("d.toml", "fedavg", "noise", "median+clip", 1), 30, "site-6", 4.0, {}, 2.5)
+    plain = run_robustness.cell_overrides(("d.toml", "fedavg", "none", "mean", 1), 30, "site-6", 4.0, {}, 2.5)
+    assert (clipped["aggregation"], clipped["clip-update-norm"], clipped["attack"]) == ("median", 2.5, "site-6:noise")
+    assert (plain["aggregation"], plain["clip-update-norm"], plain["attack"]) == ("mean", 0.0, "")
+
+
 def test_fedsm_only_attacks_are_planned_for_fedsm_alone():
     planned = run_robustness.cells(["d"], ["fedavg", "fedsm"], ["none", "poison-personalized"], ["mean"], [0])
     assert planned == [("d", "fedavg", "none", "mean", 0), ("d", "fedsm", "none", "mean", 0),
