@@ -39,13 +39,14 @@ def test_a_sign_flipping_site_wrecks_the_mean_but_not_the_trimmed_mean(in_proces
 
 
 def test_fedsm_attacks_reach_every_personalized_model_and_fake_statistics_are_refused(tiny_fedsm, in_process_app):
-    # Execute: the session's tiny FedSM run again, with site-6 poisoning its personalized model and site-5
-    # reporting site-6's selector statistics as its own
-    folder, _, grid = in_process_app(f"{TINY} attack='site-6:poison-personalized,site-5:fake-statistics'")
+    # Execute: the session's one-round tiny FedSM run again, with site-6 poisoning its personalized model and
+    # site-5 reporting site-6's selector statistics as its own
+    one_round = TINY.replace("num-server-rounds=2", "num-server-rounds=1")
+    folder, _, grid = in_process_app(f"{one_round} attack='site-6:poison-personalized,site-5:fake-statistics'")
 
     # Assert: SoftPull carried site-6's poison into site-1's model; site-5's statistics fail the count check
     attacked = load_checkpoint(folder / CHECKPOINT_FILE)["state"]["personalized"]["site-1"]
-    clean = load_checkpoint(tiny_fedsm.straight / CHECKPOINT_FILE)["state"]["personalized"]["site-1"]
+    clean = load_checkpoint(tiny_fedsm.first / CHECKPOINT_FILE)["state"]["personalized"]["site-1"]
     assert any(not np.array_equal(attacked[key], clean[key]) for key in clean)
     assert any("selector statistics of site-5 rejected" in line and "expected" in line for line in grid.log)
     summary = (folder / "summary.md").read_text()
