@@ -6,7 +6,8 @@ with any ``num-examples`` >= 1. ``attack = "site-6:sign-flip"`` (several:
 
 ``sign-flip``
     ``w - s (w_k - w)``: its honest update reversed and scaled by ``s``
-    (``attack-scale``), for every model it trains from the server's ``w``.
+    (``attack-scale``), for the global model (FedSM's selector and personalized model stay honest:
+    ``poison-personalized`` attacks the latter).
 ``noise``
     ``w + xi`` with Gaussian ``xi`` of ``s`` times the honest update's norm.
 ``label-flip``
