@@ -1,25 +1,30 @@
-"""Deterministic six-site synthetic prostate MR dataset (prostate gland).
+"""Deterministic six-site synthetic prostate MR dataset: cases of axial slices.
 
 The high-similarity counterpart of :mod:`fedsm_core.data.synthetic_fundus`.
-Each image is a grey axial T2-like slice of the pelvis: dark air around an
-elliptical body with a bright subcutaneous fat rim, smooth soft-tissue texture,
-bright femoral-head-like rings at the sides, a bright bladder-like blob in front
-of (above) the gland, a dark rectum-like blob behind (below) it, and a darker
-gland with an irregular outline and a brighter posterior peripheral zone. The
-mask has one binary channel: 0 = prostate gland.
-
+Each simulated patient (a *case*) has one 3-D gland, ellipsoid-like with an
+irregular outline, and contributes a stack of neighbouring axial slices
+through it (:mod:`fedsm_core.data.synthetic_prostate_cases`: the end slices
+may miss the gland). Each slice is a grey T2-like image of the pelvis: dark air
+around an elliptical body with a bright subcutaneous fat rim, smooth
+soft-tissue texture, bright femoral-head-like rings at the sides, a bright
+bladder-like blob in front of (above) the gland in its upper slices, a dark
+rectum-like blob behind (below) it, and a darker gland with a brighter
+posterior peripheral zone. The mask has one binary channel: 0 = prostate gland.
 The grey slice is replicated into 3 identical channels: the whole toolkit
 (U-Net encoders, selector, style augmentation) takes 3-channel input.
 
 The six sites imitate the prostate MRI sources used by FedSM (RUNMC, BMC,
 I2CVB, UCL, BIDMC, HK) and differ only mildly, in acquisition alone:
-intensity scale, a smooth multiplicative bias field (strength and direction),
-Rician noise level, resolution (blur and down-and-up sampling) and a slight
-field-of-view zoom. Anatomy and annotation protocol are shared by all sites
-(no label shift): the mask is the visible gland everywhere.
+intensity scale, a smooth multiplicative bias field (strength and direction,
+fixed per scan), Rician noise level, resolution (blur and down-and-up
+sampling) and a slight field-of-view zoom. Anatomy and annotation protocol are
+shared by all sites (no label shift): the mask is the visible gland everywhere.
 
-Site ``i`` draws from ``np.random.default_rng([seed, i])`` alone, so a client
-can generate its own site without the others.
+A site has :func:`site_size` slices (the paper's count times ``scale``) in
+``case_count(site_size)`` cases of about 12 slices; whole cases go to
+train/val/test. Ids read ``"<site>/<case>/z012"`` (``"site-2/case004/z007"``),
+as the NIfTI loader's. Site ``i`` draws from ``np.random.default_rng([seed, i])``
+alone, so a client can generate its own site without the others.
 """
 
 from __future__ import annotations
@@ -34,9 +39,19 @@ from fedsm_core.data.arrays import SegArrays, SiteSplits
 # Shared with the fundus generator so both datasets validate arguments and
 # word their errors identically.
 from fedsm_core.data.synthetic_fundus import _check_int, _check_scale, _col, _ellipse_radius
+from fedsm_core.data.synthetic_prostate_cases import (
+    FIELD_OF_VIEW_MM,
+    SLICE_SPACING_MM,
+    case_count,
+    case_ids,
+    case_sizes,
+    slice_params,
+    split_bounds,
+    z_smooth_noise,
+)
 
-__all__ = ["PAPER_SITE_SIZES", "PROSTATE_SITES", "SegArrays", "SiteProfile", "SiteSplits",
-           "generate_site", "generate_sites", "site_size"]
+__all__ = ["FIELD_OF_VIEW_MM", "PAPER_SITE_SIZES", "PROSTATE_SITES", "SLICE_SPACING_MM", "SegArrays",
+           "SiteProfile", "SiteSplits", "case_count", "generate_site", "generate_sites", "site_size", "voxel_spacing"]
 
 # Slices per site in the FedSM prostate setting (RUNMC, BMC, I2CVB, UCL, BIDMC, HK).
 PAPER_SITE_SIZES: tuple[int, ...] = (261, 384, 158, 468, 421, 175)
@@ -46,9 +61,10 @@ _REFERENCE_SIZE = 64
 # Float32 elements of one [B, H, W] plane per rendering chunk: bounds memory at
 # 256 px while keeping numpy calls large at 64 px.
 _CHUNK_ELEMENTS = 1 << 20
-# Node counts of the two octaves of smooth tissue texture; fixed, so the
-# anatomy of an image does not depend on its pixel size.
+# Node counts of the two octaves of smooth tissue texture, and the slices between
+# their draws along z; fixed, so the anatomy of a case does not depend on pixel size.
 _TEXTURE_NODES = (5, 9)
+_TEXTURE_Z_STEP = (3, 2)
 
 
 @dataclass(frozen=True)
@@ -85,9 +101,21 @@ PROSTATE_SITES: tuple[SiteProfile, ...] = (
 
 
 def site_size(site_index: int, scale: float) -> int:
-    """Number of images of a site: ``max(8, round(PAPER_SITE_SIZES[i] * scale))``."""
+    """Slice budget of a site: ``max(8, round(PAPER_SITE_SIZES[i] * scale))``."""
     index = _check_int("site_index", site_index, 0, len(PROSTATE_SITES) - 1)
     return max(8, round(PAPER_SITE_SIZES[index] * _check_scale(scale)))
+
+
+def voxel_spacing(site_index: int, image_size: int) -> tuple[float, float, float]:
+    """Nominal ``(z, y, x)`` voxel spacing in mm of a generated case.
+
+    ``(SLICE_SPACING_MM, FIELD_OF_VIEW_MM / (zoom * image_size), same)``, with
+    the site's ``zoom``; patients vary about 3 % in size around it. For per-case
+    metrics in mm (surface distances, volumes).
+    """
+    index = _check_int("site_index", site_index, 0, len(PROSTATE_SITES) - 1)
+    pixel = FIELD_OF_VIEW_MM / (PROSTATE_SITES[index].zoom * _check_int("image_size", image_size, 32, None))
+    return SLICE_SPACING_MM, pixel, pixel
 
 
 def _interp_matrix(n_out: int, n_in: int) -> np.ndarray:
@@ -136,28 +164,30 @@ def _resolution_matrix(size: int, site: SiteProfile) -> np.ndarray:
     return matrix.astype(np.float32)
 
 
-def _draw_params(rng: np.random.Generator, site: SiteProfile, n: int) -> dict:
-    """Draw every per-image scene and acquisition parameter, each of leading size ``n``."""
+def _draw_cases(rng: np.random.Generator, site: SiteProfile, n: int) -> dict:
+    """Draw every per-case anatomy and acquisition parameter, each of leading size ``n``."""
     u = rng.uniform
     p = {
         "zoom": site.zoom * np.exp(rng.normal(0.0, 0.03, n)),  # patient size varies too
         "body_ax": u(0.78, 0.90, n), "body_ay": u(0.58, 0.68, n),
         "body_cy": rng.normal(0.02, 0.02, n), "tissue": u(0.38, 0.46, n),
         "gland_cx": rng.normal(0.0, 0.03, n), "gland_cy": u(0.02, 0.12, n),
-        "gland_r": u(0.17, 0.26, n), "gland_aspect": u(1.05, 1.25, n),
+        "gland_r": u(0.19, 0.28, n), "gland_aspect": u(1.05, 1.25, n),
         "gland_tilt": rng.normal(0.0, 0.08, n), "gland_dark": u(0.45, 0.62, n),
         # Low-order radius harmonics (k = 2, 3, 4) make the outline irregular.
         "harm_amp": u(0.0, 0.07, (n, 3)) * np.array([1.0, 0.7, 0.5]),
         "harm_phase": u(0.0, 2.0 * np.pi, (n, 3)),
-        "bladder": (rng.random(n) < 0.8).astype(float),  # absent below the bladder base
+        # Along z: share of the stack the gland spans, its offset, drifts per unit height.
+        "fill": u(0.70, 0.90, n), "z_shift": u(-0.5, 0.5, n),
+        "drift_x": rng.normal(0.0, 0.01, n), "drift_y": rng.normal(0.0, 0.03, n),
+        "harm_drift": rng.normal(0.0, 0.4, (n, 3)),
+        "bladder_base": u(-0.6, 0.2, n),  # gland height where the bladder appears
         "bladder_rx": u(0.20, 0.34, n), "bladder_ry": u(0.10, 0.17, n),
         "bladder_gap": u(0.02, 0.07, n), "bladder_dx": rng.normal(0.0, 0.04, n),
         "rectum_r": u(0.08, 0.12, n), "rectum_aspect": u(1.0, 1.4, n),
         "rectum_gap": u(0.01, 0.04, n),
         "bone_x": u(0.50, 0.60, n), "bone_dy": rng.normal(0.0, 0.04, n),
         "bone_r": u(0.10, 0.14, n),
-        "tex_coarse": rng.standard_normal((n,) + (_TEXTURE_NODES[0],) * 2),
-        "tex_fine": rng.standard_normal((n,) + (_TEXTURE_NODES[1],) * 2),
         "gain": site.intensity_scale * rng.normal(1.0, 0.03, n),
         "bias_strength": site.bias_strength * u(0.8, 1.2, n),
         "bias_angle": np.deg2rad(site.bias_angle) + rng.normal(0.0, 0.25, n),
@@ -198,7 +228,7 @@ def _organs(xs: np.ndarray, ys: np.ndarray, p: dict) -> tuple[np.ndarray, ...]:
                              _col(p["body_ay"]), zero)
     fat = np.exp(-(((d_body - 0.92) * np.float32(20.0)) ** 2))
     gx, gy = _col(p["gland_cx"]), _col(p["gland_cy"])
-    half_height = _col(p["gland_r"] / p["gland_aspect"])
+    half_height = _col(p["gland_h"])
     bone_y, bone_r = gy + _col(p["bone_dy"]), _col(p["bone_r"])
     bones = np.zeros_like(xs)
     for sign in (-1.0, 1.0):  # femoral heads sit symmetrically left and right
@@ -251,13 +281,16 @@ def _acquire(img: np.ndarray, x: np.ndarray, y: np.ndarray, site: SiteProfile, p
     return np.clip(img, 0.0, 1.0, out=img)
 
 
-def _render_site(rng: np.random.Generator, site: SiteProfile, n: int,
+def _render_site(rng: np.random.Generator, site: SiteProfile, sizes: np.ndarray,
                  size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Render ``n`` images and gland masks of one site, chunk by chunk."""
+    """Render the slices and gland masks of cases of ``sizes`` slices, chunk by chunk."""
     coords = (np.arange(size, dtype=np.float32) + 0.5) * np.float32(2.0 / size) - 1.0
     y, x = np.meshgrid(coords, coords, indexing="ij")
-    params = _draw_params(rng, site, n)
+    params = slice_params(_draw_cases(rng, site, len(sizes)), sizes)
+    params["tex_coarse"], params["tex_fine"] = (z_smooth_noise(rng, sizes, (nodes, nodes), step)
+                                                for nodes, step in zip(_TEXTURE_NODES, _TEXTURE_Z_STEP, strict=True))
     resolution = _resolution_matrix(size, site)
+    n = int(sizes.sum())
     images = np.empty((n, 3, size, size), dtype=np.float32)
     masks = np.empty((n, 1, size, size), dtype=np.float32)
     step = max(1, _CHUNK_ELEMENTS // (size * size))
@@ -267,13 +300,13 @@ def _render_site(rng: np.random.Generator, site: SiteProfile, n: int,
         scene, d_gland = _render_scene(x, y, chunk)
         images[sl] = _acquire(scene, x, y, site, chunk, resolution, rng)[:, None]
         # Same protocol at every site: the annotated outline is the visible edge.
-        masks[sl, 0] = d_gland <= 1.0
+        masks[sl, 0] = (d_gland <= 1.0) & (_col(chunk["present"]) > 0)
     return images, masks
 
 
 def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
                   seed: int = 0) -> SiteSplits:
-    """Generate the train/val/test splits of one synthetic prostate site.
+    """Generate the train/val/test splits of one synthetic prostate site, by case.
 
     Parameters
     ----------
@@ -282,7 +315,8 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
     image_size : int
         Height and width in pixels, >= 32.
     scale : float
-        Fraction (> 0) of the paper's site size to generate (at least 8 images).
+        Fraction (> 0) of the paper's slice count to generate: :func:`site_size`
+        slices (at least 8) in ``case_count(site_size)`` cases (at least 6).
     seed : int
         Base seed; the site draws from ``np.random.default_rng([seed, site_index])``.
 
@@ -291,19 +325,21 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
     SiteSplits
         Deterministic for ``(site_index, image_size, scale, seed)``. Images are
         float32 ``[N, 3, H, W]`` in [0, 1], one grey slice in 3 identical
-        channels; masks float32 ``[N, 1, H, W]`` (gland) in {0, 1}.
+        channels; masks float32 ``[N, 1, H, W]`` (gland) in {0, 1}, empty on
+        slices beyond the gland. Ids ``"<site>/<case>/z012"``, the slices of a
+        case consecutive and in z order; no case is in two splits.
     """
     index = _check_int("site_index", site_index, 0, len(PROSTATE_SITES) - 1)
     size = _check_int("image_size", image_size, 32, None)
     n = site_size(index, scale)
     seed = _check_int("seed", seed, 0, None)
     site = PROSTATE_SITES[index]
-    images, masks = _render_site(np.random.default_rng([seed, index]), site, n, size)
-    ids = tuple(f"{site.name}/{i:04d}" for i in range(n))
-    # 0.5/0.25/0.25 split as for fundus: val and test get at least 2, train the remainder.
-    n_val = max(2, n // 4)
-    bounds = (0, n - 2 * n_val, n - n_val, n)
-    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b]) for a, b in pairwise(bounds)]
+    rng = np.random.default_rng([seed, index])
+    sizes = case_sizes(rng, n, case_count(n))
+    images, masks = _render_site(rng, site, sizes, size)
+    ids = case_ids(site.name, sizes)
+    # Whole cases in order, 0.5/0.25/0.25: val and test get at least 2, train the rest.
+    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b]) for a, b in pairwise(split_bounds(sizes))]
     return SiteSplits(site.name, *splits)
 
 

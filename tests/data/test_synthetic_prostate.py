@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -15,15 +16,22 @@ from fedsm_core.data.synthetic_prostate import (
     generate_site,
     generate_sites,
     site_size,
+    voxel_spacing,
 )
 
 SIZE = 64
-SCALE = 0.1  # 16..47 images per site: the whole module stays around a second
+SCALE = 0.1  # 16..47 slices in 6 cases per site: the whole module stays around a second
 
 
 @pytest.fixture(scope="module")
 def sites():
     return generate_sites(image_size=SIZE, scale=SCALE, seed=0)
+
+
+@pytest.fixture(scope="module")
+def site_2():
+    """16 cases of 9..15 slices (192 slices, scale 0.5): long enough to look along z."""
+    return generate_site(1, image_size=SIZE, scale=0.5, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +47,22 @@ def _grey(site):
     return _all(site, "images")[:, 0]
 
 
+def _ids(site):
+    return site.train.ids + site.val.ids + site.test.ids
+
+
+def _case(example_id):
+    return example_id.rpartition("/")[0]
+
+
+def _cases(site):
+    """Case -> indices of its slices in the concatenated splits, in z order."""
+    cases = {}
+    for index, example_id in enumerate(_ids(site)):
+        cases.setdefault(_case(example_id), []).append(index)
+    return cases
+
+
 def test_profiles_and_paper_sizes():
     assert [s.name for s in PROSTATE_SITES] == [f"site-{i}" for i in range(1, 7)]
     assert PAPER_SITE_SIZES == (261, 384, 158, 468, 421, 175)
@@ -50,17 +74,34 @@ def test_shapes_dtypes_and_ids(sites):
     assert len(sites) == 6
     for index, site in enumerate(sites):
         assert site.name == PROSTATE_SITES[index].name
-        ids = []
         for split in (site.train, site.val, site.test):
             n = len(split.ids)
-            assert n >= 4
+            assert n >= 2  # two cases of at least one slice
             assert split.images.shape == (n, 3, SIZE, SIZE)
             assert split.masks.shape == (n, 1, SIZE, SIZE)
             assert split.images.dtype == np.float32 and split.masks.dtype == np.float32
             assert split.images.min() >= 0.0 and split.images.max() <= 1.0
-            ids += split.ids
+        ids = _ids(site)
+        # The slice budget is the site size, whatever the number of cases.
         assert len(set(ids)) == len(ids) == site_size(index, SCALE)
-        assert ids[7] == f"{site.name}/0007"
+        assert ids[0] == f"{site.name}/case000/z000"
+        assert all(re.fullmatch(rf"{site.name}/case\d{{3}}/z\d{{3}}", i) for i in ids), ids
+
+
+def test_slices_of_a_case_are_consecutive_and_in_z_order(sites):
+    for site in sites:
+        cases = _cases(site)
+        assert len(cases) == 6  # every site is at the 6-case minimum at scale 0.1
+        for case, indices in cases.items():
+            assert indices == list(range(indices[0], indices[0] + len(indices))), case
+            assert [_ids(site)[i] for i in indices] == [f"{case}/z{z:03d}" for z in range(len(indices))]
+
+
+def test_no_case_in_two_splits_and_val_test_get_two_cases_or_more(sites, site_2):
+    for site in [*sites, site_2]:
+        train, val, test = ({_case(i) for i in split.ids} for split in (site.train, site.val, site.test))
+        assert not (train & val or train & test or val & test), site.name
+        assert len(val) >= 2 and len(test) >= 2 and len(train) >= 2, site.name
 
 
 def test_grey_slice_replicated_into_three_channels(sites):
@@ -70,18 +111,54 @@ def test_grey_slice_replicated_into_three_channels(sites):
         assert np.array_equal(images[:, 0], images[:, 2]), site.name
 
 
-def test_masks_binary_nonempty_and_plausibly_sized(sites):
+def test_masks_binary_and_plausibly_sized(sites):
     for site in sites:
         masks = _all(site, "masks")
         assert set(np.unique(masks).tolist()) <= {0.0, 1.0}
         area = masks[:, 0].mean(axis=(1, 2))
-        assert np.all(area > 0.005), site.name
         assert np.all(area < 0.15), site.name
+        assert np.mean(area > 0) > 0.6, site.name  # short cases (2..8 slices) rarely miss it
+        for case, indices in _cases(site).items():
+            assert area[indices].max() > 0.02, case  # every case shows its gland
+
+
+def test_gland_area_rises_to_one_peak_then_falls_within_a_case(site_2):
+    area = _all(site_2, "masks")[:, 0].sum(axis=(1, 2))
+    # A few end slices of a case miss the gland (about 2 of 12 here), most hold it.
+    assert 0.05 < np.mean(area == 0) < 0.35
+    for case, indices in _cases(site_2).items():
+        a, peak = area[indices], int(area[indices].argmax())
+        # Monotone up to the peak and down after it (2 % of the peak for pixel rounding).
+        assert np.all(np.diff(a[: peak + 1]) >= -0.02 * a[peak]), (case, a)
+        assert np.all(np.diff(a[peak:]) <= 0.02 * a[peak]), (case, a)
+        # Empty slices only at the ends: the slices with gland form one run.
+        present = np.flatnonzero(a > 0)
+        assert np.array_equal(present, np.arange(present[0], present[-1] + 1)), (case, a)
+
+
+def test_neighbouring_slices_of_a_case_are_coherent(site_2):
+    masks, images = _all(site_2, "masks")[:, 0] > 0, _grey(site_2)
+    dice, image_step = [], []
+    for indices in _cases(site_2).values():
+        for a, b in itertools.pairwise(indices):
+            image_step.append(np.abs(images[b] - images[a]).mean())
+            if masks[a].any() and masks[b].any():
+                dice.append(2.0 * (masks[a] & masks[b]).sum() / (masks[a].sum() + masks[b].sum()))
+    # About 0.83 mean and 0.92 median: the gland changes a little from slice to slice,
+    # most at the apex and base where it ends.
+    assert np.mean(dice) > 0.78 and np.median(dice) > 0.88
+    # Neighbouring slices differ less than the middle slices of consecutive cases
+    # (about 0.03 against 0.08 mean absolute difference).
+    middles = [indices[len(indices) // 2] for indices in _cases(site_2).values()]
+    between = [np.abs(images[b] - images[a]).mean() for a, b in itertools.pairwise(middles)]
+    assert np.mean(image_step) < 0.6 * np.mean(between)
 
 
 def test_gland_is_darker_than_its_surroundings(sites):
     for site in sites:
         images, masks = _grey(site), _all(site, "masks")[:, 0] > 0
+        visible = masks.sum(axis=(1, 2)) >= 20  # a gland of a few pixels blurs into its ring
+        images, masks = images[visible], masks[visible]
         ring = masks.copy()
         for _ in range(3):  # dilate by 3 px, 4-connected
             grown = ring.copy()
@@ -101,6 +178,8 @@ def test_gland_is_not_an_intensity_band(sites):
     # also picks up background edges, rectum wall and texture.
     for site in sites:
         images, masks = _grey(site), _all(site, "masks")[:, 0] > 0
+        present = masks.any(axis=(1, 2))
+        images, masks = images[present], masks[present]
         dice = []
         for image, mask in zip(images, masks, strict=True):
             low, high = np.percentile(image[mask], [5, 95])
@@ -130,13 +209,22 @@ def test_site_generated_alone_matches_site_in_federation(sites):
 
 
 @pytest.mark.parametrize(
-    ("site_index", "scale", "expected"),
-    [(2, 0.1, (8, 4, 4)), (0, 0.1, (14, 6, 6)), (1, 0.1, (20, 9, 9)), (0, 0.5, (66, 32, 32))],
+    ("site_index", "scale", "cases"),
+    # site_size -> cases = max(6, round(slices / 12)) -> val = test = max(2, cases // 4)
+    [(2, 0.1, (2, 2, 2)),  # 16 slices -> 6 cases
+     (0, 0.5, (7, 2, 2)),  # 130 slices -> 11 cases
+     (1, 0.5, (8, 4, 4)),  # 192 slices -> 16 cases
+     (3, 1.0, (21, 9, 9))],  # 468 slices -> 39 cases
 )
-def test_split_sizes(site_index, scale, expected):
+def test_split_sizes_in_cases(site_index, scale, cases):
     site = generate_site(site_index, image_size=32, scale=scale)
-    assert (len(site.train), len(site.val), len(site.test)) == expected
-    assert sum(expected) == site_size(site_index, scale)
+    assert tuple(len({_case(i) for i in split.ids}) for split in (site.train, site.val, site.test)) == cases
+    assert len(site.train) + len(site.val) + len(site.test) == site_size(site_index, scale)
+
+
+def test_voxel_spacing():
+    assert voxel_spacing(0, 64) == (3.6, 2.5, 2.5)  # 160 mm / (zoom 1.00 * 64 px)
+    assert voxel_spacing(5, 128) == pytest.approx((3.6, 160.0 / (1.03 * 128), 160.0 / (1.03 * 128)))
 
 
 def test_site_size():
@@ -218,6 +306,8 @@ def test_low_resolution_sites_are_blurrier(sites):
         (lambda: generate_site(0, seed=-1), "seed"),
         (lambda: site_size(7, 0.5), "site_index"),
         (lambda: site_size(0, float("nan")), "scale"),
+        (lambda: voxel_spacing(6, 64), "site_index"),
+        (lambda: voxel_spacing(0, 16), "image_size"),
         (lambda: generate_sites(num_sites=0), "num_sites"),
         (lambda: generate_sites(num_sites=7), "num_sites"),
     ],
