@@ -7,12 +7,13 @@
     The data doctor on every site of a federation spec.
 ``fedsm check-data --dataset synthetic-fundus [--data-scale 0.5]``
     Each generated site's split sizes.
-``fedsm predict --model FILE --images DIR --out DIR``
+``fedsm predict --model FILE --images DIR --out DIR [--modality N]``
     Segment every image of DIR with a super-model bundle or a single model
     (``global_model.pt``, FedBN's ``site_models/<site>.pt``): one mask PNG per
-    image, same size, and ``predictions.csv`` with the model that ran. OUT
-    must lie outside the images folder; an OUT with earlier results needs
-    ``--overwrite``.
+    image, same size, and ``predictions.csv`` with the model that ran. A DIR
+    of NIfTI volumes gets one label volume per volume (slice by slice, on the
+    input's voxel grid); 4-D volumes need ``--modality``. OUT must lie
+    outside the images folder; an OUT with earlier results needs ``--overwrite``.
 
 ``fedsm check-config [--run-config "k=v ..."]``
     Check a run's settings (the app's pyproject.toml defaults with the
@@ -109,19 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the run's data-seed: it decides the train/validation split the counts show")
     check.add_argument("--on-orphans", choices=["fail", "skip"], default="fail",
                        help="'skip': report orphans without counting them as errors (as training with it would)")
-    predict = commands.add_parser("predict", help="segment a folder of images with a run's model file")
+    predict = commands.add_parser("predict", help="segment a folder of images or NIfTI volumes with a run's "
+                                                  "model file")
     predict.add_argument("--model", type=Path, required=True,
                          help="super_model.pt of a FedSM run, global_model.pt of a FedAvg, FedProx, SCAFFOLD or "
                               "HarmoFL run, or site_models/<site>.pt of a FedBN run")
-    predict.add_argument("--images", type=Path, required=True, help="folder of images (any size)")
+    predict.add_argument("--images", type=Path, required=True,
+                         help="folder of 2-D images (any size) or of NIfTI volumes (.nii, .nii.gz), not both")
     predict.add_argument("--out", type=Path, required=True, help="folder for the masks and predictions.csv")
     predict.add_argument("--gamma", type=float, default=None,
                          help="selector threshold (default: the bundle's); super models only")
     predict.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    predict.add_argument("--batch-size", type=positive_int, default=8, help="images per forward pass (>= 1)")
+    predict.add_argument("--batch-size", type=positive_int, default=8,
+                         help="images (or volume slices) per forward pass (>= 1)")
     predict.add_argument("--overwrite", action="store_true",
                          help="replace the results of an earlier run in --out: the masks its predictions.csv "
                               "lists are removed first")
+    predict.add_argument("--modality", type=int, default=None,
+                         help="channel of 4-D NIfTI volumes to segment (x, y, z, modality; the Decathlon's "
+                              "prostate: 0 = T2, 1 = ADC); required for 4-D volumes, unused by 3-D ones")
     config = commands.add_parser("check-config", help="check a run's settings before flwr run starts anything")
     config.add_argument("--run-config", default="", help="overrides as for flwr run --run-config, e.g. \"lr=0.01\"")
     config.add_argument("--app", type=Path, default=Path("."), help="the app's folder (its pyproject.toml)")
@@ -173,13 +180,14 @@ def run_check_config(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``fedsm predict``: masks and a CSV; 1 if the model file or any image could not be used."""
+    """``fedsm predict``: masks (or mask volumes) and a CSV; 1 if the model file or any input could not be used."""
     from fedsm_core.device import select_device
     from fedsm_core.inference.predict import predict_folder
 
     try:
         table, failures = predict_folder(args.model, args.images, args.out, args.gamma,
-                                         select_device(args.device), args.batch_size, args.overwrite)
+                                         select_device(args.device), args.batch_size, args.overwrite,
+                                         args.modality)
     except (DataError, ValueError, OSError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 1

@@ -11,6 +11,12 @@ photograph or the air around an MR slice) after normalization.
 padding off the probabilities and resizes them bilinearly to the input's size,
 so a mask thresholded there has smooth edges at the input's resolution instead
 of the ``H/S x W/S`` blocks of an enlarged label map.
+
+:func:`stretch_for` is the other placement: the whole square, aspect ratio not
+kept. It is how the NIfTI loader prepares every training slice (``prepare_example``
+resizes a slice to ``S x S``), so slices of a volume are segmented that way.
+:func:`model_input` normalizes with the model file's ``preprocessing``
+(:data:`NORMALIZERS`) and returns the model's ``[3, S, S]`` input.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedsm_core.data.preprocess import resize_to
+from fedsm_core.data.preprocess import normalize_image, resize_to, to_channels_first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +67,17 @@ def letterbox_for(height: int, width: int, size: int) -> Letterbox:
                      inner_height, inner_width)
 
 
+def stretch_for(height: int, width: int, size: int) -> Letterbox:
+    """The whole ``size x size`` square for an ``height x width`` image (aspect ratio not kept).
+
+    This is the training loader's placement of a NIfTI slice
+    (``fedsm_core.data.preprocess.prepare_example`` resizes it to ``size x size``).
+    """
+    if min(height, width, size) < 1:
+        raise ValueError(f"slice {width} x {height} or model size {size} is empty; every side must be >= 1 pixel")
+    return Letterbox(height, width, size, 0, 0, size, size)
+
+
 def letterbox_image(image: np.ndarray, box: Letterbox,
                     normalize: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """``[H, W]`` or ``[H, W, C]`` image data into a ``[size, size(, C)]`` float32 square.
@@ -97,3 +114,22 @@ def restore_probabilities(probabilities: torch.Tensor, box: Letterbox) -> torch.
     restored = F.interpolate(inner[None].float(), size=(box.height, box.width), mode="bilinear",
                              align_corners=False)
     return restored[0]
+
+
+def _unit(image: np.ndarray) -> np.ndarray:
+    return np.clip(image / 255.0, 0.0, 1.0)
+
+
+# A model file's "preprocessing": 8-bit values / 255, or each image's own percentile window.
+NORMALIZERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"percentile": normalize_image, "unit": _unit}
+
+
+def model_input(image: np.ndarray, box: Letterbox, preprocessing: str) -> np.ndarray:
+    """``[H, W]`` or ``[H, W, 3]`` image data into the model's ``float32 [3, S, S]`` input placed by ``box``.
+
+    ``preprocessing`` (a model file's ``extra["preprocessing"]``) names the
+    normalizer of :data:`NORMALIZERS`; grey data is repeated in three channels.
+    """
+    if preprocessing not in NORMALIZERS:
+        raise ValueError(f"preprocessing '{preprocessing}' is unknown; expected one of {sorted(NORMALIZERS)}")
+    return to_channels_first(letterbox_image(image, box, NORMALIZERS[preprocessing])).astype(np.float32)

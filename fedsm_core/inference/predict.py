@@ -18,6 +18,10 @@ images and earlier results are never overwritten unasked.
 Mask values: structure ``k`` of ``K`` (file order, 1-based) is drawn with
 grey value ``round(255 * k / K)``, later structures over earlier ones, on a
 background of 0. One structure gives 0/255; disc and cup give 0 / 128 / 255.
+
+A folder of NIfTI volumes (``.nii``, ``.nii.gz``) is segmented slice by slice
+into one label volume per input (:mod:`fedsm_core.inference.predict_volumes`);
+a folder holding both 2-D images and volumes is refused.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ import torch
 
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.data.files import IMAGE_SUFFIXES, DataError, read_image
-from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING, normalize_image, to_channels_first
-from fedsm_core.inference.letterbox import letterbox_for, letterbox_image, restore_probabilities
+from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING
+from fedsm_core.inference.letterbox import letterbox_for, model_input, restore_probabilities
 from fedsm_core.inference.predict_output import CSV_COLUMNS, mask_name, prepare_output_folder, write_outputs
+from fedsm_core.inference.predict_volumes import predict_volume_folder
+from fedsm_core.inference.volume_files import input_kind
 from fedsm_core.run_files.bundle import bundle_from_payload
 from fedsm_core.run_files.model_files import (
     BUNDLE_FORMAT,
@@ -54,18 +60,16 @@ Router = Callable[[torch.Tensor], tuple[torch.Tensor, list[dict[str, str]]]]
 
 @dataclasses.dataclass(frozen=True)
 class Predictor:
-    """A loaded model file: how it segments a batch and what input it expects."""
+    """A loaded model file: how it segments a batch, what input it expects and what it draws.
+
+    ``structures`` are the names of the model's output channels, in order
+    (label ``k`` of a mask volume is structure ``k``, 1-based).
+    """
 
     route: Router
     image_size: int
     preprocessing: str
-
-
-def _unit(image: np.ndarray) -> np.ndarray:
-    return np.clip(image / 255.0, 0.0, 1.0)
-
-
-NORMALIZERS = {"percentile": normalize_image, "unit": _unit}
+    structures: tuple[str, ...] = ()
 
 
 def prepare_input(image: np.ndarray, size: int, preprocessing: str) -> np.ndarray:
@@ -76,10 +80,7 @@ def prepare_input(image: np.ndarray, size: int, preprocessing: str) -> np.ndarra
     image's own percentiles) and padded with 0 to a square
     (:func:`fedsm_core.inference.letterbox.letterbox_image`).
     """
-    if preprocessing not in NORMALIZERS:
-        raise ValueError(f"preprocessing '{preprocessing}' is unknown; expected 'unit' or 'percentile'")
-    box = letterbox_for(image.shape[0], image.shape[1], size)
-    return to_channels_first(letterbox_image(image, box, NORMALIZERS[preprocessing])).astype(np.float32)
+    return model_input(image, letterbox_for(image.shape[0], image.shape[1], size), preprocessing)
 
 
 def encode_mask(binary: np.ndarray) -> np.ndarray:
@@ -99,7 +100,8 @@ def list_input_images(folder: Path) -> list[Path]:
     files = sorted(p for p in folder.iterdir()
                    if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
     if not files:
-        raise DataError(f"--images {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)})")
+        raise DataError(f"--images {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}) "
+                        "and no NIfTI volumes (.nii, .nii.gz)")
     stems = [p.stem for p in files]
     clashes = sorted({p.name for p in files if stems.count(p.stem) > 1})
     if clashes:
@@ -131,7 +133,8 @@ def _super_model_predictor(payload: dict[str, Any], path: Path, gamma: float | N
             raise ValueError(f"--gamma {gamma} must be in [0, 1]")
         model.gamma = float(gamma)
     preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
-    return Predictor(functools.partial(_route_super_model, model, info.site_names), info.image_size, preprocessing)
+    return Predictor(functools.partial(_route_super_model, model, info.site_names), info.image_size, preprocessing,
+                     tuple(info.structures))
 
 
 def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None,
@@ -142,7 +145,8 @@ def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | 
     model, info = global_model_from_payload(payload, path, device)
     # Files saved before runs recorded their preprocessing get the default, as bundles do.
     preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
-    return Predictor(functools.partial(_route_single_model, model), info.image_size, preprocessing)
+    return Predictor(functools.partial(_route_single_model, model), info.image_size, preprocessing,
+                     tuple(info.structures))
 
 
 PREDICTORS: dict[str, Callable[[dict[str, Any], Path, float | None, torch.device | str], Predictor]] = {
@@ -168,8 +172,12 @@ def segment_batch(predictor: Predictor, batch: list[tuple[Path, np.ndarray]], de
 
 def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | None = None,
                    device: torch.device | str = "cpu", batch_size: int = 8,
-                   overwrite: bool = False) -> tuple[Path, list[str]]:
+                   overwrite: bool = False, modality: int | None = None) -> tuple[Path, list[str]]:
     """Write one mask PNG per image of ``images`` and ``predictions.csv`` into ``out``.
+
+    A folder of NIfTI volumes gets one mask volume per volume instead
+    (:func:`fedsm_core.inference.predict_volumes.predict_volume_folder`); a
+    folder holding both kinds is refused.
 
     Parameters
     ----------
@@ -183,6 +191,8 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
     overwrite : bool
         Replace the results of an earlier run in ``out`` (see
         :func:`fedsm_core.inference.predict_output.prepare_output_folder`).
+    modality : int or None
+        Channel of 4-D volumes (required when there is one); an error for 2-D images.
 
     Returns
     -------
@@ -194,6 +204,11 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
         raise ValueError(f"--batch-size {batch_size} must be at least 1")
     payload = read_model_file(model_file, tuple(PREDICTORS), "FedSM bundle or global model")
     predictor = PREDICTORS[payload["format"]](payload, Path(model_file), gamma, device)
+    if input_kind(images) == "volumes":
+        return predict_volume_folder(predictor, images, out, modality, torch.device(device), batch_size, overwrite)
+    if modality is not None:
+        raise ValueError(f"--modality {modality} applies to NIfTI volumes only, and --images {images} holds 2-D "
+                         "images; drop --modality")
     files = list_input_images(images)
     out = Path(out)
     prepare_output_folder(Path(images), out, [mask_name(path) for path in files], overwrite)

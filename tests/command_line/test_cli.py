@@ -82,6 +82,26 @@ def test_predict_help_names_every_model_file_it_takes(capsys):
     assert "super models only" in out
 
 
+def test_predict_help_names_volumes_and_the_modality_of_4d_ones(capsys):
+    # Execute
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--help"])
+
+    # Assert
+    out = " ".join(capsys.readouterr().out.split())
+    assert stop.value.code == 0
+    assert "--modality MODALITY" in out and "NIfTI volumes (.nii, .nii.gz)" in out
+    assert "required for 4-D volumes" in out
+
+
+def test_predict_modality_must_be_a_whole_number(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--model", "m.pt", "--images", "in", "--out", "out", "--modality", "T2"])
+
+    assert stop.value.code == 2
+    assert "--modality: invalid int value: 'T2'" in capsys.readouterr().err
+
+
 def test_the_fedsm_command_of_pyproject_points_at_the_cli():
     # The console script a user runs as `fedsm`: a moved module must not leave it dangling
     import importlib

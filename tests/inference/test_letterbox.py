@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.inference.letterbox import letterbox_for, letterbox_image, restore_probabilities
+from fedsm_core.inference.letterbox import (
+    Letterbox,
+    letterbox_for,
+    letterbox_image,
+    model_input,
+    restore_probabilities,
+    stretch_for,
+)
 from fedsm_core.inference.predict import Predictor, segment_batch
 
 
@@ -116,3 +123,26 @@ def test_a_wide_image_gives_on_its_central_square_the_mask_of_that_square():
     # Assert: squashing the wide image to a square would give a disc three times wider than tall
     assert dice(wide_mask[:, 256:512], square_mask) > 0.95
     assert not wide_mask[:, :256].any() and not wide_mask[:, 512:].any()
+
+
+def test_stretch_fills_the_square_and_restores_to_the_slices_own_size():
+    # A 6 x 4 slice stretched to 8 x 8 (training's placement of a NIfTI slice): no padding
+    box = stretch_for(6, 4, 8)
+    probabilities = torch.zeros(1, 8, 8)
+    probabilities[0, :4] = 1.0  # the top half of the square
+
+    restored = restore_probabilities(probabilities, box)
+
+    assert box == Letterbox(6, 4, 8, 0, 0, 8, 8)
+    assert restored.shape == (1, 6, 4)
+    # rows 0..2 lie in the top half (the middle edge falls exactly between rows 2 and 3)
+    np.testing.assert_array_equal((restored[0] > 0.5).numpy(), np.repeat([[1], [1], [1], [0], [0], [0]], 4, axis=1))
+    square = model_input(np.full((6, 4), 51.0), box, "unit")
+    assert square.shape == (3, 8, 8) and np.allclose(square, 0.2)  # 51 / 255, no zero padding anywhere
+
+
+def test_stretch_and_model_input_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="slice 4 x 0 or model size 8 is empty"):
+        stretch_for(0, 4, 8)
+    with pytest.raises(ValueError, match="preprocessing 'zscore' is unknown; expected one of"):
+        model_input(np.zeros((4, 4)), stretch_for(4, 4, 8), "zscore")
