@@ -159,7 +159,7 @@ def needed_models_reply(msg: Message, context: Context) -> RecordDict:
     selector = (extra_spec(spec) if includes_global else spec).build_selector()
     set_weights(selector, weights, "selector")
     return encode_models_reply(needed_models(selector, getattr(site, split), site_index, includes_global,
-                                             config.batch_size * 2, device))
+                                             config.batch_size * 2, device, config.fedsm_settings.route_by))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +279,11 @@ SITE_ROUNDS = {"single-model": train_single_model, "fedsm": train_fedsm, "fedsm-
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Dice on one split: of the global model, or of the whole FedSM super model."""
+    """Dice on one split: of the global model, or of the whole FedSM super model routed by ``route-by``.
+
+    Where the split's ids name cases, the reply also carries the per-case scores
+    (:mod:`fedsm_core.evaluation.case_scores`).
+    """
     config, info, site_index, device = _setup(msg, context)
     site = _load_site(config, context, site_index)
     request = decode_evaluation(msg.content, info.num_sites)
@@ -295,7 +299,8 @@ def evaluate(msg: Message, context: Context) -> Message:
     super_model = assemble_super_model(spec, request.global_weights, weights.personalized, weights.selector,
                                        weights.gamma, weights.selector_includes_global, info.site_names)
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device,
-                                   list(weights.gamma_sweep), routing=request.split == "test")
+                                   list(weights.gamma_sweep), routing=request.split == "test",
+                                   route_by=config.fedsm_settings.route_by)
     write_test_overlays(super_model_predictor(super_model, info.site_names), data, site.name, request.overlay_dir,
                         context, device)
     knn = knn_metrics(config, super_model.global_model, site, device) if request.split == "test" and config.knn_per \

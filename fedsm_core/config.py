@@ -130,6 +130,7 @@ class RunConfig:
     knn_pixels_per_image: int = owned(KNNPerSettings, "pixels_per_image")
     gamma: float = owned(FedSMSettings, "gamma")
     gamma_selection: str = owned(FedSMSettings, "gamma_selection")
+    route_by: str = owned(FedSMSettings, "route_by")
     eval_every: int = setting(5, "eval-every", low=1, high=100_000)
     stop_window: int = owned(StoppingSettings, "window")
     stop_min_gain: float = owned(StoppingSettings, "min_gain")

@@ -12,7 +12,8 @@ folder (columns :data:`COLUMNS`):
   seeded as the client does), the score kNN-Per reports;
 * ``site-models`` family (FedBN): each site's own ``site_models/<site>.pt``;
 * ``fedsm`` family: ``super_model.pt`` routed by Algorithm 2 at the run's
-  gamma (FedSM-extra: the argmax of its ``K + 1`` selector outputs).
+  gamma (FedSM-extra: the argmax of its ``K + 1`` selector outputs), per
+  image or per case as the run's ``route-by``.
 
 The mean over a site's images with foreground is the ``dice-*`` value the run
 reported for that site (:func:`fedsm_core.metrics.ImageScores`), so the two
@@ -28,11 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedsm_core.algorithms.fedsm.super_model import selector_probabilities
 from fedsm_core.algorithms.knn_per.knn_per import KNNPer, dice_per_lambda
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
-from fedsm_core.analysis.model_scores import routed_dice, score_every_model, softmax
+from fedsm_core.analysis.model_scores import routed_dice, score_every_model
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays, SiteSplits
+from fedsm_core.data.cases import named_case
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.methods import METHODS
 from fedsm_core.metrics import dice_per_image, has_foreground
@@ -90,9 +93,12 @@ def deployed_scorer(folder: Path, config: RunConfig, device: torch.device | str 
     if family == "fedsm":
         model, _ = load_bundle(folder / "super_model.pt", device)
 
+        route_by = config.fedsm_settings.route_by
+
         def super_model(index: int, site: SiteSplits) -> np.ndarray:
             scores = score_every_model(model, site.test, batch, device)
-            routes = model.routes(torch.from_numpy(softmax(scores.logits))).numpy()
+            cases = [named_case(example) for example in scores.ids]
+            routes = model.routes(selector_probabilities(torch.from_numpy(scores.logits), cases, route_by)).numpy()
             return routed_dice(scores.dice, routes)
 
         return super_model

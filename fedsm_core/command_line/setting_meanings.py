@@ -260,6 +260,13 @@ MEANINGS: dict[str, str] = {
         "over the global model); `fixed`, `gamma` as given. The last round's choice is used for the test split and "
         "saved in the bundle"
     ),
+    "route-by": (
+        "how the super model routes: `image`, Algorithm 2 for every image alone (the paper); `case`, once per case "
+        "(a patient's slices, named by the example ids), from the mean of its slices' selector log-probabilities "
+        "(argmax the site, the global model when the softmax of those means is at most gamma), the route applying "
+        "to every slice of the case. Images whose id names no case (fundus) are routed alone either way "
+        "(docs/algorithm.md)"
+    ),
     "eval-every": (
         "validation every this many rounds (the last round always); a FedSM validation round sends the whole super "
         "model (global, K personalized, selector) to every site, which costs about as much as a training round"

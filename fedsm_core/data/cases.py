@@ -21,6 +21,11 @@ layout              default pattern      case of
 
 The test split is the layout's ``test`` folder, taken as given; case names are
 compared within one folder.
+
+Example ids carry the case: a slice of a case reads ``"<site>/<case>/<slice>"``
+(``"BIDMC/Case07/z012"`` from a NIfTI volume, ``"site-1/00/00_01"`` from a slice
+layout), an image that is its own case ``"<site>/<image>"`` (fundus
+``"site-3/0007"``). :func:`named_case` reads it back for scores and routing per case.
 """
 
 from __future__ import annotations
@@ -92,3 +97,22 @@ def split_cases_off(stems: Sequence[str], pattern: re.Pattern[str], fraction: fl
                         "on both sides)")
     kept, taken = split_off(list(cases), fraction, seed, salt)
     return [s for c in kept for s in cases[c]], [s for c in taken for s in cases[c]]
+
+
+def named_case(example_id: str) -> str | None:
+    """The case of an example id: ``"<site>/<case>"`` of ``"<site>/<case>/<slice>"``, else ``None``.
+
+    An id of three or more ``/``-separated parts is a slice of a case (everything
+    before the last ``/``, so equal case names at two sites stay apart); an id of
+    one or two parts (``"site-3/0007"``) is an image that is its own case, and has none.
+    (The data doctor's count of cases, :func:`fedsm_core.data.load_check.case_of_id`,
+    counts such an image as a case of its own.)
+    """
+    head, separator, _ = example_id.rpartition("/")
+    return head if separator and "/" in head else None
+
+
+def slice_number(example_id: str) -> int | None:
+    """The trailing digits of an id's last part (``z012`` -> 12, ``00_01`` -> 1), or ``None`` when it has none."""
+    match = re.search(r"(\d+)$", example_id.rpartition("/")[2])
+    return int(match.group(1)) if match else None

@@ -6,10 +6,12 @@ from collections.abc import Sequence
 
 import torch
 
+from fedsm_core.algorithms.fedsm.needed_models import routing_probabilities
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel, is_confident, routed_scores
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.device import to_device
-from fedsm_core.metrics import ImageScores, dice_per_image, has_foreground, predicts_foreground, split_scores
+from fedsm_core.evaluation.case_scores import CaseMasks
+from fedsm_core.metrics import ImageScores, dice_per_structure, has_foreground, split_scores
 from fedsm_core.training.batches import iterate_batches
 
 
@@ -22,6 +24,7 @@ def evaluate_super_model(
     device: torch.device | str = "cpu",
     gammas: Sequence[float] = (),
     routing: bool = False,
+    route_by: str = "image",
 ) -> dict[str, float | list[float]]:
     """Dice of the global, the site's personalized and the super model, and selector accuracy.
 
@@ -42,6 +45,11 @@ def evaluate_super_model(
         (:func:`model_sweeps`).
     routing : bool
         Also return this site's row of the routing matrix (:func:`routing_cells`).
+    route_by : {"image", "case"}
+        Algorithm 2 per image, or once per case (``route-by``,
+        :func:`~fedsm_core.algorithms.fedsm.super_model.selector_probabilities`);
+        with ``"case"`` the confidence and candidate of every slice (and so the
+        sweeps) are its case's.
 
     Returns
     -------
@@ -55,8 +63,16 @@ def evaluate_super_model(
         images with foreground; ``num-empty`` counts the others and
         ``empty-fp-<model>`` is the share of them where the model predicted
         foreground (:mod:`fedsm_core.metrics`); so do the Dice sweeps.
+        When the ids name cases, also the per-case 3-D Dice and HD95 of the
+        global, personalized and super model (:mod:`fedsm_core.evaluation.case_scores`:
+        ``case-dice-*``, ``case-hd95-*``, ``num-missed-cases-*``, ``num-cases``,
+        ``num-empty-cases``); the super model's only without a sweep, since
+        its gamma is then chosen after this evaluation.
     """
-    scores = _per_image_scores(super_model.eval().to(device), site_index, data, batch_size, device)
+    super_model = super_model.eval().to(device)
+    probs = routing_probabilities(super_model.selector, data, batch_size, device, route_by)
+    cases = CaseMasks(data.ids)
+    scores = _per_image_scores(super_model, site_index, data, probs, cases, batch_size, device)
     metrics: dict[str, float | list[float]] = {
         **split_scores(scores["global"], scores["global-any"], scores["foreground"], "dice-global"),
         **split_scores(scores["super"], scores["super-any"], scores["foreground"], "dice-super"),
@@ -82,6 +98,7 @@ def evaluate_super_model(
         metrics["routing-gain-sweep"], metrics["routed-count-sweep"] = gains, counts
     if routing:
         metrics.update(routing_cells(scores["super-route"], scores["super"], scores["foreground"]))
+    metrics.update(cases.result(data.masks, ("global", "personal") if gammas else None))
     return metrics
 
 
@@ -135,43 +152,55 @@ def model_sweeps(scores: dict[str, torch.Tensor], num_models: int,
     return gains, counts
 
 
-def _per_image_scores(
-    super_model: SuperModel, site_index: int | None, data: SegArrays, batch_size: int, device: torch.device | str
-) -> dict[str, torch.Tensor]:
-    """Selector confidence and argmax, and Dice of the global, argmax-routed and own model, per image."""
-    keys = ("confidence", "site", "global", "routed", "personal", "super", "super-route", "foreground",
-            "global-any", "routed-any", "super-any", "personal-any")
-    parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
+def _per_image_scores(super_model: SuperModel, site_index: int | None, data: SegArrays, probs: torch.Tensor,
+                      cases: CaseMasks, batch_size: int, device: torch.device | str) -> dict[str, torch.Tensor]:
+    """Selector confidence and candidate, and Dice of the global, candidate and own model, per image.
+
+    ``probs`` are the routing probabilities of every image (per image or per
+    case); the predicted masks go to ``cases`` as ``global``, ``super`` and ``personal``.
+    """
+    parts: dict[str, list[torch.Tensor]] = {}
+    start = 0
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
         images, masks = to_device(images, device), to_device(masks, device)
-        probs = torch.softmax(super_model.selector(images), dim=1)
-        routes = super_model.routes(probs)
-        global_logits = super_model.global_model(images)
-        global_dice, global_any = dice_per_image(global_logits, masks), predicts_foreground(global_logits)
-        # The most likely site's model, whatever gamma: the candidate of Algorithm 2.
-        site = routes if super_model.selector_includes_global else probs.argmax(dim=1)
-        routed, routed_any = global_dice.clone(), global_any.clone()
-        for index in site.unique().tolist():
-            chosen = site == index
-            if index != GLOBAL_ROUTE:
-                logits = super_model.personalized[index](images[chosen])
-                routed[chosen], routed_any[chosen] = dice_per_image(logits, masks[chosen]), predicts_foreground(logits)
-        to_global = routes == GLOBAL_ROUTE
-        parts["confidence"].append(probs.max(dim=1).values)
-        parts["site"].append(site)
-        parts["global"].append(global_dice)
-        parts["routed"].append(routed)
-        parts["super"].append(torch.where(to_global, global_dice, routed))
-        parts["super-route"].append(routes)
-        parts["foreground"].append(has_foreground(masks))
-        parts["global-any"].append(global_any)
-        parts["routed-any"].append(routed_any)
-        parts["super-any"].append(torch.where(to_global, global_any, routed_any))
-        if site_index is not None:
-            logits = super_model.personalized[site_index](images)
-            parts["personal"].append(dice_per_image(logits, masks))
-            parts["personal-any"].append(predicts_foreground(logits))
-    return {key: torch.cat(values).cpu() for key, values in parts.items() if values}
+        batch_probs, start = to_device(probs[start:start + len(images)], device), start + len(images)
+        scores, predicted = _batch_scores(super_model, site_index, images, masks, batch_probs)
+        for key, value in scores.items():
+            parts.setdefault(key, []).append(value)
+        for model, mask in predicted.items():
+            cases.add(model, mask)
+    return {key: torch.cat(values).cpu() for key, values in parts.items()}
+
+
+def _batch_scores(super_model: SuperModel, site_index: int | None, images: torch.Tensor, masks: torch.Tensor,
+                  probs: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One batch's per-image scores (:func:`_per_image_scores`) and predicted masks per model."""
+    routes = super_model.routes(probs)
+    global_logits = super_model.global_model(images)
+    global_pred = torch.sigmoid(global_logits) > 0.5
+    # The most likely site's model, whatever gamma: the candidate of Algorithm 2.
+    site = routes if super_model.selector_includes_global else probs.argmax(dim=1)
+    routed_pred = global_pred.clone()
+    for index in site.unique().tolist():
+        chosen = site == index
+        if index != GLOBAL_ROUTE:
+            routed_pred[chosen] = torch.sigmoid(super_model.personalized[index](images[chosen])) > 0.5
+    to_global = (routes == GLOBAL_ROUTE).view(-1, 1, 1, 1)
+    predicted = {"global": global_pred, "super": torch.where(to_global, global_pred, routed_pred)}
+    if site_index is not None:
+        predicted["personal"] = torch.sigmoid(super_model.personalized[site_index](images)) > 0.5
+    scores = {"confidence": probs.max(dim=1).values, "site": site, "super-route": routes,
+              "foreground": has_foreground(masks), "routed": _hard_dice(routed_pred, masks),
+              "routed-any": routed_pred.flatten(1).any(dim=1)}
+    for model, pred in predicted.items():
+        scores[model] = _hard_dice(pred, masks)
+        scores[f"{model}-any"] = pred.flatten(1).any(dim=1)
+    return scores, predicted
+
+
+def _hard_dice(pred: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Per-image Dice of binary predictions, as :func:`fedsm_core.metrics.dice_per_image` of their logits."""
+    return dice_per_structure(pred, masks).mean(dim=1)
 
 
 @torch.no_grad()
@@ -189,10 +218,15 @@ def evaluate_model(
     dict[str, float]
         ``{name: mean Dice over images with foreground, "num-images": N, "num-empty": E}``
         and, when ``E > 0``, the empty images' false-positive rate
-        (``empty-fp-global`` for ``name = "dice-global"``).
+        (``empty-fp-global`` for ``name = "dice-global"``); when the ids name
+        cases, also ``case-dice-global``, ``case-hd95-global``,
+        ``num-missed-cases-global``, ``num-cases`` and ``num-empty-cases``
+        (:mod:`fedsm_core.evaluation.case_scores`).
     """
     model.eval().to(device)
-    scores = ImageScores()
+    scores, cases = ImageScores(), CaseMasks(data.ids)
     for images, masks in iterate_batches(data, batch_size, shuffle=False):
-        scores.add(model(to_device(images, device)), to_device(masks, device))
-    return {**scores.result(name), "num-images": float(len(data.images))}
+        logits = model(to_device(images, device))
+        scores.add(logits, to_device(masks, device))
+        cases.add(name.removeprefix("dice-"), torch.sigmoid(logits) > 0.5)
+    return {**scores.result(name), "num-images": float(len(data.images)), **cases.result(data.masks)}

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
+from fedsm_core.evaluation.case_scores import CASE_DICE, CASE_HD95, NUM_CASES, NUM_MISSED
 from fedsm_core.evaluation.super_model_evaluation import ROUTED_COUNT, ROUTED_DICE, route_label
 from fedsm_core.report.overlays import DEPLOYMENT_FOLDER
 from fedsm_core.report.report_plots import cost_per_round, plot_cost, plot_gamma, plot_test_bars, plot_validation
@@ -22,6 +23,8 @@ REPORT_FILE = "report.html"
 FIGURE_FOLDER = "report"  # the figures' PNGs, beside report.html
 ROUTING_TABLE_ID = "routing-matrix"
 TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global", "gamma")
+CASE_COLUMNS = (NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, NUM_MISSED)
+                             for model in ("global", "personal", "super")))
 KEY_SETTINGS = ("strategy", "dataset", "num-server-rounds", "image-size", "data-scale", "seed", "softpull-lambda",
                 "gamma-selection", "selector-head", "personalization", "lr", "local-epochs", "max-local-steps",
                 "aggregation", "attack", "attack-scale")
@@ -76,8 +79,26 @@ def test_section(run: RunData, figures: Path) -> str:
     columns = [name for name in TEST_COLUMNS if any(name in values for values in table.values())]
     rows = [[_esc(site), *[f"{table[site][name]:.4f}" if name in table[site] else "-" for name in columns]]
             for site in [*run.site_columns, POOLED] if site in table]
-    return "<h2>Test Dice per site</h2>" + _figure(plot_test_bars(run, figures / "test.png"), run,
-                                                   "test Dice per site", "") + _table(["site", *columns], rows)
+    note = '<p class="note">Slice Dice (paper): the mean over 2-D test slices (images) with foreground.</p>'
+    return ("<h2>Test Dice per site</h2>" + _figure(plot_test_bars(run, figures / "test.png"), run,
+                                                    "test Dice per site", "") + note
+            + _table(["site", *columns], rows) + case_table(run))
+
+
+def case_table(run: RunData) -> str:
+    """Per-case 3-D Dice and HD95 of the test split, or nothing when the sites' images name no cases."""
+    table = run.values("test")
+    columns = [name for name in CASE_COLUMNS if any(name in values for values in table.values())]
+    if NUM_CASES not in columns:
+        return ""
+    rows = [[_esc(site), *[("-" if name not in table[site] else f"{int(table[site][name])}"
+                            if name.startswith("num-") else f"{table[site][name]:.4f}") for name in columns]]
+            for site in [*run.site_columns, POOLED] if site in table]
+    note = ('<p class="note">Per-case 3-D Dice: the slices of each test case (patient) stacked into one volume, '
+            "the mean over cases with foreground. HD95: the 95th-percentile surface distance in voxels (in-plane "
+            "pixels of the resized slices, one slice step across), the mean over cases where the model found "
+            "foreground; missed cases are counted apart.</p>")
+    return "<h3>Per case (3-D)</h3>" + note + _table(["site", *columns], rows)
 
 
 def routing_matrix(run: RunData) -> tuple[list[str], list[list[str]]] | None:

@@ -7,22 +7,36 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from fedsm_core.evaluation.case_scores import CASE_DICE, CASE_HD95, NUM_CASES, NUM_EMPTY_CASES, NUM_MISSED
+
 CSV_COLUMNS = ("round", "split", "site", "metric", "value")
 POOLED = "pooled"
 SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global",
-                   "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super")
+                   "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super",
+                   NUM_CASES, CASE_DICE + "global", CASE_DICE + "personal", CASE_DICE + "super",
+                   CASE_HD95 + "global", CASE_HD95 + "personal", CASE_HD95 + "super")
 COUNT_PREFIX = "num-"  # counts add up over sites
 DICE_PREFIX = "dice-"  # means over images with foreground (fedsm_core.metrics)
 EMPTY_FP_PREFIX = "empty-fp-"  # means over images without foreground
+CASE_LEGEND = ("`dice-*`: slice Dice (paper), the mean over 2-D slices with foreground; `case-dice-*`: per-case "
+               "3-D Dice, each case's slices stacked into one volume, the mean over cases with foreground; "
+               "`case-hd95-*`: per-case 95th-percentile Hausdorff distance in voxels (in-plane pixels of the "
+               "resized slices, one slice step across), the mean over cases where the model found foreground "
+               "(`num-missed-cases-*` in metrics.csv counts the others); `num-cases`: cases (docs/results.md)")
 
 
 def _images_behind(name: str, metrics: Mapping[str, float]) -> float:
-    """How many of a site's images a mean ``name`` was taken over: its weight when pooling."""
+    """How many of a site's images (or cases) a mean ``name`` was taken over: its weight when pooling."""
     empty = metrics.get("num-empty", 0.0)
     if name.startswith(DICE_PREFIX):
         return metrics["num-images"] - empty
     if name.startswith(EMPTY_FP_PREFIX):
         return empty
+    if name.startswith(CASE_DICE):
+        return metrics.get(NUM_CASES, 0.0) - metrics.get(NUM_EMPTY_CASES, 0.0)
+    if name.startswith(CASE_HD95):
+        missed = metrics.get(NUM_MISSED + name.removeprefix(CASE_HD95), 0.0)
+        return metrics.get(NUM_CASES, 0.0) - metrics.get(NUM_EMPTY_CASES, 0.0) - missed
     return metrics["num-images"]
 
 
@@ -32,7 +46,10 @@ def pool_site_metrics(per_site: Mapping[str, Mapping[str, float]]) -> dict[str, 
     Every site's mean is weighted by the number of images it was taken over, so
     the result equals the mean over the pooled images (the paper's "global"
     column): ``num-images`` in general, images with foreground for Dice,
-    ``num-empty`` for the empty images' false-positive rates. Counts
+    ``num-empty`` for the empty images' false-positive rates, cases with
+    foreground for per-case Dice and those with a defined HD95 for HD95
+    (:mod:`fedsm_core.evaluation.case_scores`), so pooled case means are means
+    over the pooled cases. Counts
     (``num-*``) add up. Metrics missing at some site are pooled over the sites
     that have them.
     """
@@ -112,6 +129,8 @@ def write_summary(
     lines += [f"| {key} | {value} |" for key, value in settings.items()]
     for heading, per_site in sections:
         lines += ["", f"## {heading}", "", *format_table(per_site)]
+        if any(NUM_CASES in values for values in per_site.values()):
+            lines += ["", CASE_LEGEND]
     path = Path(path)
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -10,7 +10,7 @@ from PIL import Image
 from support.png_sites import prostate_folders, prostate_mask
 
 from fedsm_core.command_line.cli import main
-from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern
+from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern, named_case, slice_number
 from fedsm_core.data.files import DataError
 from fedsm_core.data.png_layouts import load_png_site
 from fedsm_core.data.sources import data_source
@@ -94,3 +94,15 @@ def test_the_doctor_reports_cases_per_split(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0
     assert "training loads: train 10, val 5, test 3 images; cases: train 2, val 1, test 2" in out
+
+
+@pytest.mark.parametrize(("example", "case", "number"), [
+    ("BIDMC/Case07/z012", "BIDMC/Case07", 12),     # a NIfTI volume's slice
+    ("site-1/00/00_01", "site-1/00", 1),           # a prostate-slices file of case 00
+    ("site-2/case004/z007", "site-2/case004", 7),  # a generated case
+    ("site-3/0007", None, 7),                      # an image that is its own case (fundus)
+    ("lonely", None, None),
+])
+def test_an_example_id_names_its_case_and_slice_number(example, case, number):
+    assert named_case(example) == case
+    assert slice_number(example) == number

@@ -158,3 +158,21 @@ def test_a_baseline_run_is_drawn_and_named(tmp_path):
     page = write_report(folder, baseline).read_text()
 
     assert "baseline run centralized" in page
+
+
+def test_the_test_section_labels_slice_dice_and_adds_a_case_table_only_with_cases(tmp_path):
+    # Prepare: the fixture's run (no cases), and the same run whose sites report per-case scores
+    plain = write_run_folder(tmp_path / "plain")
+    cases = write_run_folder(tmp_path / "cases")
+    rows = [(2, "test", "site-1", "num-cases", 2.0), (2, "test", "site-1", "case-dice-super", 0.7),
+            (2, "test", "site-1", "case-hd95-super", 3.5), (2, "test", "site-1", "num-missed-cases-super", 0.0)]
+    with (cases / "metrics.csv").open("a") as handle:
+        handle.writelines(",".join(str(cell) for cell in row) + "\n" for row in rows)
+
+    # Execute
+    without, with_cases = write_report(plain).read_text(), write_report(cases).read_text()
+
+    # Assert
+    assert "Slice Dice (paper)" in without and "Per case (3-D)" not in without
+    assert "Per-case 3-D Dice" in with_cases
+    assert "<th>case-dice-super</th><th>case-hd95-super</th>" in with_cases and "<td>3.5000</td>" in with_cases

@@ -1,4 +1,4 @@
-"""Run outputs: pooling per-site metrics, the metrics CSV and the summary tables."""
+"""Run outputs: pooling per-site metrics (per image and per case), the metrics CSV and the summary tables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from fedsm_core.run_files.run_outputs import MetricsLog, format_table, pool_site_metrics
+from fedsm_core.run_files.run_outputs import MetricsLog, format_table, pool_site_metrics, write_summary
 
 PER_SITE = {
     "a": {"dice-global": 0.5, "num-images": 1.0},
@@ -37,3 +37,30 @@ def test_table_shows_only_reported_metrics_and_dashes_for_missing_sites():
     assert lines[0] == "| site | images | dice-global | dice-personal |"
     assert lines[2] == "| a | 1 | 0.5000 | - |"
     assert lines[-1] == "| pooled | 4 | 0.8000 | 0.7000 |"
+
+
+CASE_SITES = {
+    # a: 3 cases, 1 with an empty target, 1 missed by the super model; b: 2 cases
+    "a": {"dice-super": 0.8, "num-images": 30.0, "num-cases": 3.0, "num-empty-cases": 1.0,
+          "case-dice-super": 0.6, "case-hd95-super": 4.0, "num-missed-cases-super": 1.0},
+    "b": {"dice-super": 0.9, "num-images": 10.0, "num-cases": 2.0, "case-dice-super": 0.9, "case-hd95-super": 1.0,
+          "num-missed-cases-super": 0.0},
+}
+
+
+def test_case_means_pool_over_the_cases_they_were_taken_over():
+    pooled = pool_site_metrics(CASE_SITES)
+    # case-dice-super over cases with foreground: (2 * 0.6 + 2 * 0.9) / 4 = 0.75
+    # case-hd95-super over cases with a defined HD95: (1 * 4 + 2 * 1) / 3 = 2
+    assert pooled["case-dice-super"] == pytest.approx(0.75)
+    assert pooled["case-hd95-super"] == pytest.approx(2.0)
+    assert (pooled["num-cases"], pooled["num-empty-cases"], pooled["num-missed-cases-super"]) == (5.0, 1.0, 1.0)
+    assert pooled["dice-super"] == pytest.approx((30 * 0.8 + 10 * 0.9) / 40)
+
+
+def test_the_summary_labels_slice_and_case_dice_only_where_cases_exist(tmp_path):
+    with_cases = write_summary(tmp_path / "cases.md", "run", {}, [("Test", CASE_SITES)]).read_text()
+    without = write_summary(tmp_path / "fundus.md", "run", {}, [("Test", PER_SITE)]).read_text()
+    assert "| site | images | dice-super | num-cases | case-dice-super | case-hd95-super |" in with_cases
+    assert "slice Dice (paper)" in with_cases and "per-case 3-D Dice" in with_cases
+    assert "case" not in without

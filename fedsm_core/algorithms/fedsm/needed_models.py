@@ -12,6 +12,11 @@ global model). A site's evaluation also scores its own personalized model
 and nothing else, which with a selector that knows the sites is one U-Net.
 The global model and the selector always travel. Routing first costs one
 selector per site; it saves every U-Net no image is routed to.
+
+With ``route-by = "case"`` the candidate of a slice is its case's argmax
+(:func:`~fedsm_core.algorithms.fedsm.super_model.case_probabilities`), which
+need not be the argmax of any single slice, so the candidates come from the
+same probabilities the evaluation routes with (:func:`routing_probabilities`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from fedsm_core.algorithms.fedsm.super_model import selector_probabilities
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.cases import named_case
 from fedsm_core.device import to_device
 from fedsm_core.training.batches import iterate_batches
 
@@ -31,8 +38,27 @@ def candidate_models(selector_probs: torch.Tensor, selector_includes_global: boo
 
 
 @torch.no_grad()
+def routing_probabilities(selector: nn.Module, data: SegArrays, batch_size: int, device: torch.device | str = "cpu",
+                          route_by: str = "image") -> torch.Tensor:
+    """``[N, K]`` probabilities the super model routes ``data`` with: per image, or per case (``route-by``).
+
+    Runs ``selector`` over the whole split first, since a case's decision
+    needs all its slices (:func:`~fedsm_core.algorithms.fedsm.super_model.selector_probabilities`;
+    the cases come from the ids, :func:`~fedsm_core.data.cases.named_case`).
+    Returned on the CPU.
+    """
+    selector = selector.eval().to(device)
+    logits = [selector(to_device(images, device)).cpu() for images, _ in iterate_batches(data, batch_size,
+                                                                                           shuffle=False)]
+    if not logits:
+        return torch.zeros((0, 0))
+    cases = [named_case(example) for example in data.ids] if route_by == "case" else None
+    return selector_probabilities(torch.cat(logits), cases, route_by)
+
+
+@torch.no_grad()
 def needed_models(selector: nn.Module, data: SegArrays, site_index: int | None, selector_includes_global: bool,
-                  batch_size: int, device: torch.device | str = "cpu") -> list[int]:
+                  batch_size: int, device: torch.device | str = "cpu", route_by: str = "image") -> list[int]:
     """Sorted indices of the personalized models an evaluation of ``data`` at site ``site_index`` uses.
 
     Parameters
@@ -42,23 +68,11 @@ def needed_models(selector: nn.Module, data: SegArrays, site_index: int | None, 
     site_index : int or None
         The site's own model, always needed for ``dice-personal``; ``None`` for
         a site outside the federation.
+    route_by : {"image", "case"}
+        How the evaluation routes (``route-by``): candidates per image or per case.
     """
-    selector = selector.eval().to(device)
     needed = set() if site_index is None else {int(site_index)}
-    for images, _ in iterate_batches(data, batch_size, shuffle=False):
-        probs = torch.softmax(selector(to_device(images, device)), dim=1)
+    probs = routing_probabilities(selector, data, batch_size, device, route_by)
+    if len(probs):
         needed.update(int(k) for k in candidate_models(probs, selector_includes_global).unique().tolist() if k >= 0)
     return sorted(needed)
-
-
-class MissingModel(nn.Module):
-    """Stands for a personalized model that was not sent; using it is a protocol error, said plainly."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__()
-        self.index = index
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Refuse: an image was routed to a model this site was not sent."""
-        raise RuntimeError(f"personalized model {self.index} was not sent to this site, but an image was routed "
-                           "to it; the server sends the models the site's route query named")

@@ -17,6 +17,7 @@ SELECTOR_WEIGHTINGS = SITE_WEIGHTINGS  # "equal" or "size", as site-weighting
 SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 GAMMA_SELECTIONS = ("per-model", "validation", "fixed")  # see fedsm_core.algorithms.fedsm.gamma
+ROUTE_BY = ("image", "case")  # see fedsm_core.algorithms.fedsm.super_model.selector_probabilities
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,10 @@ class FedSMSettings:
         ``per-model``, ``validation`` or ``fixed`` (``gamma-selection``).
     extra_rounds : int
         FedSM-extra: selector rounds after the model rounds (``extra-rounds``).
+    route_by : str
+        ``image``: Algorithm 2 routes every image alone (the paper); ``case``:
+        once per case from the mean of its slices' selector log-probabilities,
+        the route applying to every slice of the case (``route-by``).
     """
 
     softpull_lambda: float = setting(0.99, "softpull-lambda", low=0.0, high=1.0, allowed="[1/K, 1]")
@@ -66,6 +71,7 @@ class FedSMSettings:
     gamma: float = setting(0.5, "gamma", low=0.0, high=1.0)
     gamma_selection: str = setting("validation", "gamma-selection", choices=GAMMA_SELECTIONS)
     extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
+    route_by: str = setting("image", "route-by", choices=ROUTE_BY)
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -1,4 +1,4 @@
-"""FedSM inference (Xu et al. 2022, Algorithm 2): route each image through the super model."""
+"""FedSM inference (Xu et al. 2022, Algorithm 2): route each image (or each case) through the super model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedsm.needed_models import MissingModel
+from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import set_weights
 
@@ -71,6 +71,69 @@ def route(selector_probs: torch.Tensor, gamma: Gamma) -> torch.Tensor:
     return torch.where(is_confident(confidence, threshold), site, torch.full_like(site, GLOBAL_ROUTE))
 
 
+def case_probabilities(log_probs: torch.Tensor, cases: Sequence[str | None]) -> torch.Tensor:
+    """Selector probabilities that give every slice of a case the case's one decision.
+
+    For a case ``c`` with slices ``S_c``,
+    ``p_c = softmax(1/|S_c| sum_{i in S_c} log y_s(x_i))``, the normalized
+    geometric mean of its slices' probabilities, and every slice of ``c`` gets
+    ``p_c``; :func:`route` on these rows then decides once per case (argmax the
+    site, ``max(p_c) <= gamma`` the global model). An image whose case is
+    ``None`` keeps its own ``softmax(log_probs_i) = y_s(x_i)``: per-image routing.
+
+    Parameters
+    ----------
+    log_probs : torch.Tensor
+        ``[B, K]`` log-probabilities of the selector (``log_softmax`` of its logits).
+    cases : sequence of str or None
+        The case of every row (:func:`fedsm_core.data.cases.named_case`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[B, K]`` probabilities, rows of one case equal.
+    """
+    if log_probs.ndim != 2 or len(cases) != len(log_probs):
+        raise ValueError(f"case_probabilities: log_probs must be [B, K] with one case per row, got shape "
+                         f"{tuple(log_probs.shape)} and {len(cases)} cases")
+    probs = torch.softmax(log_probs, dim=1)
+    rows: dict[str, list[int]] = {}
+    for index, case in enumerate(cases):
+        if case is not None:
+            rows.setdefault(case, []).append(index)
+    for members in rows.values():
+        chosen = torch.tensor(members, device=log_probs.device)
+        probs[chosen] = torch.softmax(log_probs[chosen].mean(dim=0), dim=0)
+    return probs
+
+
+def route_cases(log_probs: torch.Tensor, cases: Sequence[str | None], gamma: Gamma) -> torch.Tensor:
+    """Algorithm 2 once per case: :func:`route` on :func:`case_probabilities` (``route-by = "case"``).
+
+    Every slice of a case takes the case's route; an image without a case is routed alone.
+    """
+    return route(case_probabilities(log_probs, cases), gamma)
+
+
+def selector_probabilities(logits: torch.Tensor, cases: Sequence[str | None] | None = None,
+                           route_by: str = "image") -> torch.Tensor:
+    """The probabilities the super model routes with, by ``route-by``.
+
+    ``"image"``: ``softmax(f_s(x))`` per image (the paper). ``"case"``:
+    :func:`case_probabilities` of ``log_softmax(f_s(x))`` over ``cases``
+    (images without a case fall back to their own softmax). ``SuperModel.routes``
+    on the result is Algorithm 2 (or FedSM-extra's argmax) per image or per case.
+    """
+    if route_by not in ROUTE_BY:
+        raise ValueError(f"route-by = {route_by!r} is not one of {list(ROUTE_BY)}; set route-by in "
+                         "[tool.flwr.app.config] of pyproject.toml")
+    if route_by == "image":
+        return torch.softmax(logits, dim=1)
+    if cases is None:
+        raise ValueError("route-by = \"case\" needs the case of every image (the split's ids)")
+    return case_probabilities(torch.log_softmax(logits, dim=1), cases)
+
+
 def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_: torch.Tensor,
                   gamma: float) -> torch.Tensor:
     """Per-image score of the super model from the scores of the two candidate models.
@@ -81,6 +144,19 @@ def routed_scores(confidence: torch.Tensor, personalized: torch.Tensor, global_:
     lets one pass over the data score every gamma of a sweep.
     """
     return torch.where(is_confident(confidence, gamma), personalized, global_)
+
+
+class MissingModel(nn.Module):
+    """Stands for a personalized model that was not sent; using it is a protocol error, said plainly."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Refuse: an image was routed to a model this site was not sent."""
+        raise RuntimeError(f"personalized model {self.index} was not sent to this site, but an image was routed "
+                           "to it; the server sends the models the site's route query named")
 
 
 class SuperModel(nn.Module):

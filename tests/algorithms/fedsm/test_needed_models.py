@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedsm.needed_models import MissingModel, candidate_models, needed_models
-from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
+from fedsm_core.algorithms.fedsm.needed_models import candidate_models, needed_models
+from fedsm_core.algorithms.fedsm.super_model import MissingModel, assemble_super_model
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 from fedsm_core.models.spec import ModelSpec

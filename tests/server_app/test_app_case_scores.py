@@ -1,0 +1,50 @@
+"""A whole run on slices that name their cases: per-case scores beside the slice Dice, routing per case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from support.in_process_grid import TINY
+
+
+def write_case_site(folder: Path, seed: int) -> None:
+    """A ProstateSlice-layout site whose files are ``<case>_<slice>``: 3 training cases and 2 test cases of 2 slices."""
+    rng = np.random.default_rng(seed)
+    for split, cases in (("train", ("c0", "c1", "c2")), ("test", ("t0", "t1"))):
+        for sub in ("image", "mask"):
+            (folder / split / sub).mkdir(parents=True)
+        for case in cases:
+            centre = rng.integers(-4, 5, 2)
+            for number in (1, 2):
+                y, x = np.mgrid[:40, :40]
+                gland = (y - 20 - centre[0]) ** 2 + (x - 20 - centre[1]) ** 2 < 64
+                image = np.where(gland, 60, 170) + rng.integers(0, 30, (40, 40))
+                name = f"{case}_{number:02d}.png"
+                Image.fromarray(image.astype(np.uint8)).save(folder / split / "image" / name)
+                Image.fromarray(np.where(gland, 0, 255).astype(np.uint8)).save(folder / split / "mask" / name)
+
+
+def test_a_run_on_cases_reports_case_scores_and_labels_them(tmp_path, in_process_app):
+    # Prepare: two sites of cases, a federation spec, routing per case
+    for index, name in enumerate(("north", "south")):
+        write_case_site(tmp_path / "data" / name, seed=index)
+    spec = tmp_path / "federation.toml"
+    spec.write_text("\n".join(f'[[sites]]\nname = "{n}"\nsource = "prostate-slices"\npath = "data/{n}"\n'
+                              for n in ("north", "south")))
+
+    # Execute
+    folder, rows, _ = in_process_app(f"{TINY} dataset='{spec}' batch-size=2 route-by='case'", num_nodes=2)
+
+    # Assert: two test cases a site, scored by every model; validation without the super model's case scores
+    test = {(r["site"], r["metric"]): float(r["value"]) for r in rows if r["split"] == "test"}
+    assert test[("north", "num-cases")] == 2.0 and test[("pooled", "num-cases")] == 4.0
+    for model in ("global", "personal", "super"):
+        assert 0.0 <= test[("pooled", f"case-dice-{model}")] <= 1.0
+        assert ("pooled", f"num-missed-cases-{model}") in test
+    validation = {r["metric"] for r in rows if r["split"] == "val"}
+    assert "case-dice-global" in validation and "case-dice-super" not in validation
+    summary = (folder / "summary.md").read_text()
+    assert "case-dice-super" in summary and "slice Dice (paper)" in summary and "per-case 3-D Dice" in summary
+    assert "Per-case 3-D Dice" in (folder / "report.html").read_text()
