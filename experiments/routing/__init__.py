@@ -1,0 +1,1 @@
+"""Routing studies: the super model routed per image or per case."""
