@@ -46,7 +46,8 @@ def test_a_cell_runs_fedsm_with_its_routing_and_seed():
 def test_the_table_averages_sites_then_seeds_and_leaves_out_undefined_values(tmp_path):
     # Prepare: seed 0 sites 0.6 / 0.8 (mean 0.7), seed 1 sites 0.9 / NaN (mean 0.9): average 0.8
     path = tmp_path / "results.csv"
-    rows = [("d", "case", 0, "test", "a", "case-hd95-super", 0.6), ("d", "case", 0, "test", "b", "case-hd95-super", 0.8),
+    rows = [("d", "case", 0, "test", "a", "case-hd95-super", 0.6),
+            ("d", "case", 0, "test", "b", "case-hd95-super", 0.8),
             ("d", "case", 1, "test", "a", "case-hd95-super", 0.9),
             ("d", "case", 1, "test", "b", "case-hd95-super", float("nan")),
             ("d", "case", 0, "time", "", "seconds", 5.0)]
