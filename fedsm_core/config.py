@@ -112,6 +112,7 @@ class RunConfig:
     aggregation: str = owned(AggregationSettings, "name")
     trim_fraction: float = owned(AggregationSettings, "trim_fraction")
     krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
+    filter_factor: float = owned(AggregationSettings, "filter_factor")
     clip_update_norm: float = owned(AggregationSettings, "clip_update_norm")
     attack: str = owned(AttackSettings, "plan")
     attack_scale: float = owned(AttackSettings, "scale")

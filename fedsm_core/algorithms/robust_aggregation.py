@@ -19,10 +19,11 @@ import numpy as np
 
 from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.algorithms.fedsm.softpull import check_lam, soft_pull
+from fedsm_core.algorithms.filtered_mean import filtered_mean
 from fedsm_core.checks import check_settings, setting
 from fedsm_core.models.weights import Weights, check_same_layout
 
-AGGREGATIONS = ("mean", "trimmed-mean", "median", "krum")
+AGGREGATIONS = ("mean", "trimmed-mean", "median", "krum", "filtered-mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +34,17 @@ class AggregationSettings:
     ----------
     name : str
         ``mean`` (FedAvg's weighted mean, today's behaviour), ``trimmed-mean``,
-        ``median`` or ``krum`` (``aggregation``).
+        ``median``, ``krum`` or ``filtered-mean`` (``aggregation``).
     trim_fraction : float
         ``beta``: the fraction of the sites cut at EACH end of every coordinate
         by ``trimmed-mean`` (``trim-fraction``); ``floor(beta K)`` values go per end.
     krum_byzantine : int
         ``f``: how many malicious sites ``krum`` tolerates (``krum-byzantine``);
         Krum needs ``K >= 2f + 3`` sites.
+    filter_factor : float
+        ``c`` of :mod:`~fedsm_core.algorithms.filtered_mean`: ``filtered-mean``
+        leaves out replies farther than ``c`` median distances from the
+        coordinate median (``filter-factor``).
     clip_update_norm : float
         ``c`` of :func:`~fedsm_core.algorithms.update_clipping.clip_updates`:
         each site's update is cut to at most ``c`` times the median update norm
@@ -49,6 +54,7 @@ class AggregationSettings:
     name: str = setting("mean", "aggregation", choices=AGGREGATIONS)
     trim_fraction: float = setting(0.2, "trim-fraction", low=0.0, high=0.49)
     krum_byzantine: int = setting(1, "krum-byzantine", low=0, high=1000)
+    filter_factor: float = setting(3.0, "filter-factor", low=1.0, high=1e6)
     clip_update_norm: float = setting(0.0, "clip-update-norm", low=0.0, high=1e6)
 
     def __post_init__(self) -> None:
@@ -138,10 +144,12 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
     """The sites' models combined by ``settings.name``: the one aggregation every strategy calls.
 
     ``mean`` is :func:`~fedsm_core.algorithms.aggregation.weighted_average`
-    (``w = sum_k (n_k / n) w_k``) bit for bit. ``trimmed-mean``, ``median`` and
-    ``krum`` ignore ``sizes`` (only their count is checked): a site's claimed
-    ``n_k`` is exactly what an attacker controls, and weighting by it would
-    let one site outvote the others however robust the statistic.
+    (``w = sum_k (n_k / n) w_k``) bit for bit, and ``filtered-mean`` is that
+    mean over the replies near the coordinate median. ``trimmed-mean``,
+    ``median`` and ``krum`` ignore ``sizes`` (only their count is checked): a
+    site's claimed ``n_k`` is what an attacker controls (up to the cap at its
+    discovery count), and weighting by it would let one large site outvote the
+    others however robust the statistic.
 
     Parameters
     ----------
@@ -159,6 +167,8 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
     """
     if settings.name == "mean":
         return weighted_average(weights, sizes)
+    if settings.name == "filtered-mean":
+        return filtered_mean(weights, sizes, settings.filter_factor)
     if len(weights) != len(sizes):
         raise ValueError(f"robust_average: {len(weights)} weight sets but {len(sizes)} sizes")
     return _ROBUST_STATISTICS[settings.name](weights, settings)
@@ -175,8 +185,9 @@ def robust_soft_pull(personalized: Mapping[str, Mapping[str, np.ndarray]], lam: 
     where ``R`` is the unweighted ``mean`` (exactly
     :func:`~fedsm_core.algorithms.fedsm.softpull.soft_pull`, which is called),
     the ``trimmed-mean`` or ``median`` of the ``K - 1`` other models per
-    coordinate, or the other model ``krum`` picks among the ``K - 1`` (which
-    needs ``K - 1 >= 2f + 3``). Computed in float64 and cast back; integer
+    coordinate, the other model ``krum`` picks among the ``K - 1`` (which
+    needs ``K - 1 >= 2f + 3``), or the unweighted ``filtered-mean`` of the
+    ``K - 1``. Computed in float64 and cast back; integer
     arrays (batch-norm counters) are kept as they are, as ``soft_pull`` does.
 
     Parameters
@@ -203,6 +214,9 @@ def robust_soft_pull(personalized: Mapping[str, Mapping[str, np.ndarray]], lam: 
     _check_layouts(models, "robust SoftPull")
     if settings.name == "krum":
         pulls = _krum_of_others(models, settings.krum_byzantine)
+    elif settings.name == "filtered-mean":
+        pulls = [filtered_mean(models[:k] + models[k + 1:], [1.0] * (len(models) - 1), settings.filter_factor)
+                 for k in range(len(models))]
     else:
         pulls = _coordinate_statistic_of_others(models, settings)
     pulled: dict[str, Weights] = {}

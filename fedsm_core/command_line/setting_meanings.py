@@ -215,8 +215,10 @@ MEANINGS: dict[str, str] = {
         "how every shared model averages the sites' replies: `mean` (weighted by `n_k`, FedAvg), or a statistic "
         "one malicious site cannot drag, unweighted because a site's claimed size is what it controls: "
         "`trimmed-mean` (per coordinate, `trim-fraction` cut at each end), `median` (per coordinate) or `krum` "
-        "(the one reply nearest its neighbours). Applies to the global model, the selector, SCAFFOLD's control "
-        "variate, FedBN's shared part, HarmoFL's amplitude and SoftPull's pull "
+        "(the one reply nearest its neighbours); or `filtered-mean`, the weighted mean of the replies within "
+        "`filter-factor` typical distances of the coordinate median (FedAvg exactly when none stands out). "
+        "Applies to the global model, the selector, SCAFFOLD's control variate, FedBN's shared part, HarmoFL's "
+        "amplitude and SoftPull's pull "
         "(`fedsm_core/algorithms/robust_aggregation.py`)"
     ),
     "trim-fraction": (
@@ -225,6 +227,10 @@ MEANINGS: dict[str, str] = {
     ),
     "krum-byzantine": (
         "`krum`: `f`, the malicious sites Krum tolerates; it needs `2f + 3` replies (one more for SoftPull)"
+    ),
+    "filter-factor": (
+        "`filtered-mean`: a reply farther from the coordinate median than this many times the median of the "
+        "replies' distances is left out of the mean (`fedsm_core/algorithms/filtered_mean.py`)"
     ),
     "clip-update-norm": (
         "cut each site's update of a global model to at most this many times the median update norm before "

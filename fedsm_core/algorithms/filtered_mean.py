@@ -1,0 +1,88 @@
+"""The filtered mean: FedAvg's weighted mean of the replies that lie near the coordinate median.
+
+The coordinate median and the trimmed mean bound one malicious site's pull, but
+they weigh every site alike and take each coordinate from a different site, so
+on sites of unequal size and unlike data they cost accuracy without any attack
+(``experiments/results/robustness``). The filtered mean keeps FedAvg wherever
+no reply stands out, and uses the median only to decide which replies to leave
+out. With ``m`` the coordinate median of the ``K`` models and
+``d_k = ||w_k - m||`` (all float arrays flattened together)::
+
+    keep k  iff  d_k <= c * median_j d_j
+    w = sum_{k kept} n_k w_k / sum_{k kept} n_k
+
+The median of the distances is an honest site's distance while at most half the
+sites are malicious, so a reply ``c`` times farther out than a typical one is
+left out whatever its claimed size; when every reply is within the bound the
+result is FedAvg's mean exactly. Its weights are the example counts, which a
+site cannot raise beyond the count it reported at discovery (the server caps
+them). What it cannot stop: a malicious reply that stays within ``c`` typical
+distances (a slow drift), or a colluding majority, which moves the median.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.models.weights import Weights, check_same_layout
+
+
+def distances_to_median(weights: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+    """``d_k = ||w_k - m||`` over all float arrays, ``m`` the coordinate median; float64, shape ``(K,)``.
+
+    Integer arrays (batch-norm counters) are bookkeeping, not parameters, and
+    are left out of the distance as update clipping leaves them out of norms.
+    """
+    if len(weights) == 0:
+        raise ValueError("filtered mean: no weights to aggregate")
+    for index, other in enumerate(weights[1:], start=1):
+        check_same_layout(weights[0], other, f"filtered mean: weight set {index}")
+    squares = np.zeros(len(weights), dtype=np.float64)
+    for key, first in weights[0].items():
+        if not np.issubdtype(np.asarray(first).dtype, np.floating):
+            continue
+        stacked = np.stack([np.asarray(w[key], dtype=np.float64).ravel() for w in weights])
+        squares += np.square(stacked - np.median(stacked, axis=0)).sum(axis=1)
+    return np.sqrt(squares)
+
+
+def kept_replies(distances: np.ndarray, factor: float) -> np.ndarray:
+    """Boolean mask of the replies within ``factor`` times the median distance to the coordinate median.
+
+    When the median distance is 0 (more than half the replies identical), only
+    the replies at distance 0 are kept.
+    """
+    if not factor >= 1.0:
+        raise ValueError(f"filter-factor = {factor} must be >= 1: below it, typical replies would be left out")
+    return distances <= factor * float(np.median(distances))
+
+
+def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
+                  factor: float) -> Weights:
+    """FedAvg's weighted mean over the replies :func:`kept_replies` keeps.
+
+    Parameters
+    ----------
+    weights : sequence of dict
+        One weight dictionary per site, all with the same keys and shapes.
+    sizes : sequence of float
+        ``n_k``, the sites' example counts (the server has capped them at the
+        counts reported at discovery).
+    factor : float
+        ``c >= 1`` (``filter-factor``): how many median distances a kept
+        reply may lie from the coordinate median.
+
+    Returns
+    -------
+    dict[str, np.ndarray]
+        :func:`~fedsm_core.algorithms.aggregation.weighted_average` of the kept
+        replies, in each array's dtype; bit for bit FedAvg when all are kept.
+    """
+    if len(weights) != len(sizes):
+        raise ValueError(f"filtered mean: {len(weights)} weight sets but {len(sizes)} sizes")
+    keep = kept_replies(distances_to_median(weights), factor)
+    return weighted_average([w for w, k in zip(weights, keep, strict=True) if k],
+                            [n for n, k in zip(sizes, keep, strict=True) if k])
