@@ -7,12 +7,14 @@
     The data doctor on every site of a federation spec.
 ``fedsm check-data --dataset synthetic-fundus [--data-scale 0.5]``
     Each generated site's split sizes.
-``fedsm predict --model FILE --images DIR --out DIR [--modality N]``
+``fedsm predict --model FILE --images DIR --out DIR [--modality N] [--route-by image|case]``
     Segment every image of DIR with a super-model bundle or a single model
     (``global_model.pt``, FedBN's ``site_models/<site>.pt``): one mask PNG per
     image, same size, and ``predictions.csv`` with the model that ran. A DIR
     of NIfTI volumes gets one label volume per volume (slice by slice, on the
-    input's voxel grid); 4-D volumes need ``--modality``. OUT must lie
+    input's voxel grid); 4-D volumes need ``--modality``. A bundle routes a
+    volume once when its run's ``route-by`` is ``case`` (``--route-by``
+    overrides it; 2-D images are always routed one by one). OUT must lie
     outside the images folder; an OUT with earlier results needs ``--overwrite``.
 
 ``fedsm check-config [--run-config "k=v ..."]``
@@ -34,6 +36,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.data.doctor import site_folders
 from fedsm_core.data.doctor_report import SiteReport, format_reports
 from fedsm_core.data.federation import load_federation
@@ -129,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--modality", type=int, default=None,
                          help="channel of 4-D NIfTI volumes to segment (x, y, z, modality; the Decathlon's "
                               "prostate: 0 = T2, 1 = ADC); required for 4-D volumes, unused by 3-D ones")
+    predict.add_argument("--route-by", choices=list(ROUTE_BY), default=None,
+                         help="super models: 'case' routes all slices of a NIfTI volume once, 'image' each slice "
+                              "alone (default: the bundle's route-by); 2-D images have no case: image only")
     config = commands.add_parser("check-config", help="check a run's settings before flwr run starts anything")
     config.add_argument("--run-config", default="", help="overrides as for flwr run --run-config, e.g. \"lr=0.01\"")
     config.add_argument("--app", type=Path, default=Path("."), help="the app's folder (its pyproject.toml)")
@@ -187,7 +193,7 @@ def run_predict(args: argparse.Namespace) -> int:
     try:
         table, failures = predict_folder(args.model, args.images, args.out, args.gamma,
                                          select_device(args.device), args.batch_size, args.overwrite,
-                                         args.modality)
+                                         args.modality, args.route_by)
     except (DataError, ValueError, OSError) as error:
         print(f"predict: {error}", file=sys.stderr)
         return 1

@@ -22,27 +22,35 @@ background of 0. One structure gives 0/255; disc and cup give 0 / 128 / 255.
 A folder of NIfTI volumes (``.nii``, ``.nii.gz``) is segmented slice by slice
 into one label volume per input (:mod:`fedsm_core.inference.predict_volumes`);
 a folder holding both 2-D images and volumes is refused.
+
+Routing follows the bundle's ``route-by`` (``--route-by`` overrides it): a
+volume is one case, so with ``"case"`` its slices are routed once, together
+(:func:`fedsm_core.algorithms.fedsm.super_model.selector_probabilities`, the
+rule evaluation uses). 2-D images carry no case and are always routed one by
+one: ``--route-by case`` is refused for them, and a bundle of a ``"case"`` run
+routes them alone with a warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
+from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel, selector_probabilities
 from fedsm_core.data.files import IMAGE_SUFFIXES, DataError, read_image
 from fedsm_core.data.preprocess import DEFAULT_PREPROCESSING
 from fedsm_core.inference.letterbox import letterbox_for, model_input, restore_probabilities
 from fedsm_core.inference.predict_output import CSV_COLUMNS, mask_name, prepare_output_folder, write_outputs
 from fedsm_core.inference.predict_volumes import predict_volume_folder
 from fedsm_core.inference.volume_files import input_kind
-from fedsm_core.run_files.bundle import bundle_from_payload
+from fedsm_core.run_files.bundle import bundle_from_payload, check_route_by
 from fedsm_core.run_files.model_files import (
     BUNDLE_FORMAT,
     GLOBAL_MODEL_FORMAT,
@@ -56,6 +64,9 @@ GLOBAL_MODEL_NAME = "global"  # the "model" column of images the global (or sing
 
 # Logits [B, K, S, S] of a batch and, per image, the values of the last three CSV columns.
 Router = Callable[[torch.Tensor], tuple[torch.Tensor, list[dict[str, str]]]]
+# Given the input batches of every slice of one case (a volume), the router of that case's slices.
+CaseRouter = Callable[[Iterable[torch.Tensor]], Router]
+VOLUME_CASE = "volume"  # the one case of the slices a CaseRouter routes together
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +75,15 @@ class Predictor:
 
     ``structures`` are the names of the model's output channels, in order
     (label ``k`` of a mask volume is structure ``k``, 1-based).
+    ``route_case`` is set when a super model routes once per case
+    (``route-by = "case"``): volumes use it instead of ``route``.
     """
 
     route: Router
     image_size: int
     preprocessing: str
     structures: tuple[str, ...] = ()
+    route_case: CaseRouter | None = None
 
 
 def prepare_input(image: np.ndarray, size: int, preprocessing: str) -> np.ndarray:
@@ -109,39 +123,70 @@ def list_input_images(folder: Path) -> list[Path]:
     return files
 
 
+def _route_columns(model: SuperModel, site_names: Sequence[str], routes: torch.Tensor,
+                   probs: torch.Tensor) -> list[dict[str, str]]:
+    """Per row: the model that segments it, the selector's confidence and its most likely site."""
+    sites = site_names if not model.selector_includes_global else (GLOBAL_MODEL_NAME, *site_names)
+    return [{"model": GLOBAL_MODEL_NAME if route == GLOBAL_ROUTE else site_names[route],
+             "selector-confidence": f"{float(p.max()):.4f}", "most-likely-site": sites[int(p.argmax())]}
+            for route, p in zip(routes.tolist(), probs.cpu(), strict=True)]
+
+
 def _route_super_model(model: SuperModel, site_names: Sequence[str],
                        inputs: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, str]]]:
     logits, routes, probs = model.forward_with_routes(inputs)
-    sites = site_names if not model.selector_includes_global else (GLOBAL_MODEL_NAME, *site_names)
-    columns = [{"model": GLOBAL_MODEL_NAME if route == GLOBAL_ROUTE else site_names[route],
-                "selector-confidence": f"{float(p.max()):.4f}", "most-likely-site": sites[int(p.argmax())]}
-               for route, p in zip(routes.tolist(), probs.cpu(), strict=True)]
-    return logits, columns
+    return logits, _route_columns(model, site_names, routes, probs)
 
 
-def _route_single_model(model: torch.nn.Module, inputs: torch.Tensor) -> tuple[torch.Tensor, list[dict[str, str]]]:
-    # No selector ran: the table keeps its columns, with the selector's left empty.
-    columns = [{"model": GLOBAL_MODEL_NAME, "selector-confidence": "", "most-likely-site": ""}] * len(inputs)
-    return model(inputs), columns
+@torch.no_grad()
+def _route_case(model: SuperModel, site_names: Sequence[str], batches: Iterable[torch.Tensor]) -> Router:
+    """Route one case once (``route-by = "case"``): the router that sends each of its slices to that one model.
+
+    The selector runs on every slice (``batches``: ``[B, 3, S, S]`` inputs);
+    :func:`~fedsm_core.algorithms.fedsm.super_model.selector_probabilities`
+    gives every slice the case's ``softmax`` of the mean log-probability, and
+    ``SuperModel.routes`` applies gamma (or FedSM-extra's argmax) to it, as in
+    evaluation. Every slice's row then reports that route and probability.
+    """
+    logits = torch.cat([model.selector(inputs) for inputs in batches])
+    probs = selector_probabilities(logits, [VOLUME_CASE] * len(logits), "case")
+    routes = model.routes(probs)
+    route, column = int(routes[0]), _route_columns(model, site_names, routes[:1], probs[:1])[0]
+    chosen = model.global_model if route == GLOBAL_ROUTE else model.personalized[route]
+    return functools.partial(_route_single_model, chosen, column=column)
 
 
-def _super_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None,
+def _route_single_model(model: torch.nn.Module, inputs: torch.Tensor,
+                        column: dict[str, str] | None = None) -> tuple[torch.Tensor, list[dict[str, str]]]:
+    # ``column``: every row's columns; by default (no selector ran) ``global`` with the selector's left empty.
+    if column is None:
+        column = {"model": GLOBAL_MODEL_NAME, "selector-confidence": "", "most-likely-site": ""}
+    return model(inputs), [column] * len(inputs)
+
+
+def _super_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None, route_by: str | None,
                            device: torch.device | str) -> Predictor:
+    """A bundle's predictor; ``gamma`` and ``route_by`` (None: the bundle's) as ``--gamma`` and ``--route-by``."""
     model, info = bundle_from_payload(payload, path, device)
     if gamma is not None:
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"--gamma {gamma} must be in [0, 1]")
         model.gamma = float(gamma)
+    if route_by is None:
+        route_by = info.route_by
+    check_route_by(route_by, "--route-by", "pass --route-by image or --route-by case")
+    route_case = functools.partial(_route_case, model, info.site_names) if route_by == "case" else None
     preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
     return Predictor(functools.partial(_route_super_model, model, info.site_names), info.image_size, preprocessing,
-                     tuple(info.structures))
+                     tuple(info.structures), route_case)
 
 
-def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None,
+def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | None, route_by: str | None,
                             device: torch.device | str) -> Predictor:
-    if gamma is not None:
-        raise ValueError(f"--gamma {gamma}: gamma applies to super models only, and '{path}' holds a single "
-                         f"model ({GLOBAL_MODEL_FORMAT}) that segments every image; drop --gamma")
+    for option, value in (("--gamma", gamma), ("--route-by", route_by)):
+        if value is not None:
+            raise ValueError(f"{option} {value}: {option[2:]} applies to super models only, and '{path}' holds a "
+                             f"single model ({GLOBAL_MODEL_FORMAT}) that segments every image; drop {option}")
     model, info = global_model_from_payload(payload, path, device)
     # Files saved before runs recorded their preprocessing get the default, as bundles do.
     preprocessing = str(info.extra.get("preprocessing", DEFAULT_PREPROCESSING))
@@ -149,10 +194,26 @@ def _global_model_predictor(payload: dict[str, Any], path: Path, gamma: float | 
                      tuple(info.structures))
 
 
-PREDICTORS: dict[str, Callable[[dict[str, Any], Path, float | None, torch.device | str], Predictor]] = {
+PREDICTORS: dict[str, Callable[[dict[str, Any], Path, float | None, str | None, torch.device | str], Predictor]] = {
     BUNDLE_FORMAT: _super_model_predictor,
     GLOBAL_MODEL_FORMAT: _global_model_predictor,
 }
+
+
+def check_images_routing(predictor: Predictor, route_by: str | None, model_file: Path, images: Path) -> None:
+    """2-D images carry no case, so each is routed alone: ``--route-by case`` is refused for them.
+
+    A bundle of a ``route-by = "case"`` run (no ``--route-by``) routes them
+    alone too, with a warning, as evaluation routes images without a case.
+    """
+    if predictor.route_case is None:
+        return
+    if route_by == "case":
+        raise ValueError(f"--route-by case routes once per case (a NIfTI volume), but --images {images} holds 2-D "
+                         "images, which carry no case; drop --route-by case (or pass --route-by image) to route "
+                         "each image alone, or pass the case's volume (.nii, .nii.gz) to route it once")
+    warnings.warn(f"'{model_file}' was trained with route-by = \"case\", but the 2-D images of --images {images} "
+                  "carry no case: each image is routed alone; pass --route-by image to say so", stacklevel=3)
 
 
 @torch.no_grad()
@@ -172,7 +233,8 @@ def segment_batch(predictor: Predictor, batch: list[tuple[Path, np.ndarray]], de
 
 def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | None = None,
                    device: torch.device | str = "cpu", batch_size: int = 8,
-                   overwrite: bool = False, modality: int | None = None) -> tuple[Path, list[str]]:
+                   overwrite: bool = False, modality: int | None = None,
+                   route_by: str | None = None) -> tuple[Path, list[str]]:
     """Write one mask PNG per image of ``images`` and ``predictions.csv`` into ``out``.
 
     A folder of NIfTI volumes gets one mask volume per volume instead
@@ -193,6 +255,9 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
         :func:`fedsm_core.inference.predict_output.prepare_output_folder`).
     modality : int or None
         Channel of 4-D volumes (required when there is one); an error for 2-D images.
+    route_by : {"image", "case"} or None
+        A bundle's routing instead of its own ``route-by``: ``"case"`` routes
+        each volume once; an error for 2-D images (no case) and for a single model.
 
     Returns
     -------
@@ -203,12 +268,13 @@ def predict_folder(model_file: Path, images: Path, out: Path, gamma: float | Non
     if batch_size < 1:
         raise ValueError(f"--batch-size {batch_size} must be at least 1")
     payload = read_model_file(model_file, tuple(PREDICTORS), "FedSM bundle or global model")
-    predictor = PREDICTORS[payload["format"]](payload, Path(model_file), gamma, device)
+    predictor = PREDICTORS[payload["format"]](payload, Path(model_file), gamma, route_by, device)
     if input_kind(images) == "volumes":
         return predict_volume_folder(predictor, images, out, modality, torch.device(device), batch_size, overwrite)
     if modality is not None:
         raise ValueError(f"--modality {modality} applies to NIfTI volumes only, and --images {images} holds 2-D "
                          "images; drop --modality")
+    check_images_routing(predictor, route_by, model_file, images)
     files = list_input_images(images)
     out = Path(out)
     prepare_output_folder(Path(images), out, [mask_name(path) for path in files], overwrite)

@@ -8,8 +8,12 @@ training, by ``prepare_example``: resized to the model's ``S x S`` input
 and normalised with the model file's preprocessing (the NIfTI sources record
 ``percentile``). The model's probabilities are resized bilinearly back to the
 slice's own size and thresholded at 0.5 there (the inverse mapping of
-:func:`fedsm_core.inference.letterbox.restore_probabilities`). A super model
-routes every slice on its own (the predictor's router, as for 2-D images).
+:func:`fedsm_core.inference.letterbox.restore_probabilities`). A volume is one
+case: a super model whose ``route-by`` (the bundle's, or ``--route-by``) is
+``"image"`` routes every slice on its own (the predictor's router, as for 2-D
+images); with ``"case"`` it routes the volume once, from all its slices
+(``Predictor.route_case``: the mean selector log-probability over the slices,
+then gamma, as evaluation routes a case), and every slice goes to that model.
 
 Labels: structure ``k`` of the model (1-based, file order) is label ``k``,
 later structures over earlier ones, background 0; a prostate model gives
@@ -20,16 +24,17 @@ later structures over earlier ones, background 0; a prostate model gives
 ``shape`` is the input's (``x`` by ``y`` by ``z`` [by modality]); ``slices`` the
 number segmented; ``model`` the route most slices took (ties: the earliest
 slice's); ``routes`` every route with its share of the slices, most frequent
-first (``global=0.6667;site-a=0.3333``); ``selector-confidence`` the mean over
-slices and ``most-likely-site`` the most frequent (both empty for a single
-model, which has no selector).
+first (``global=0.6667;site-a=0.3333``; routed per case, the one route
+``site-a=1.0000``); ``selector-confidence`` the mean over slices and
+``most-likely-site`` the most frequent (per case: the case's own; both empty
+for a single model, which has no selector).
 """
 
 from __future__ import annotations
 
 import csv
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,10 +76,25 @@ def label_map(binary: np.ndarray) -> np.ndarray:
     return labels
 
 
+def slice_batches(predictor: Predictor, volume: np.ndarray, device: torch.device,
+                  batch_size: int) -> Iterator[tuple[range, torch.Tensor]]:
+    """Slice indices and ``[B, 3, S, S]`` model inputs of a ``[X, Y, Z]`` volume, ``batch_size`` slices at a time."""
+    height, width, depth = volume.shape
+    box = stretch_for(height, width, predictor.image_size)
+    for start in range(0, depth, batch_size):
+        indices = range(start, min(depth, start + batch_size))
+        inputs = np.stack([model_input(volume[:, :, z], box, predictor.preprocessing) for z in indices])
+        yield indices, torch.from_numpy(inputs).to(device)
+
+
 @torch.no_grad()
 def segment_volume(predictor: Predictor, volume: np.ndarray, device: torch.device,
                    batch_size: int) -> tuple[np.ndarray, int, list[dict[str, str]]]:
     """Labels of a ``float32 [X, Y, Z]`` volume, slice by slice along Z.
+
+    With ``predictor.route_case`` (``route-by = "case"``) the selector first
+    sees every slice and chooses one model for the volume; the slices are
+    prepared again, batch by batch, for that model.
 
     Returns
     -------
@@ -83,15 +103,15 @@ def segment_volume(predictor: Predictor, volume: np.ndarray, device: torch.devic
         of structures ``K``, and per slice the router's columns (``model``,
         ``selector-confidence``, ``most-likely-site``).
     """
-    height, width, depth = volume.shape
-    box = stretch_for(height, width, predictor.image_size)
+    box = stretch_for(volume.shape[0], volume.shape[1], predictor.image_size)
     labels = np.zeros(volume.shape, dtype=np.uint8)
     columns: list[dict[str, str]] = []
     num_structures = 0
-    for start in range(0, depth, batch_size):
-        indices = range(start, min(depth, start + batch_size))
-        inputs = np.stack([model_input(volume[:, :, z], box, predictor.preprocessing) for z in indices])
-        logits, batch_columns = predictor.route(torch.from_numpy(inputs).to(device))
+    route = predictor.route
+    if predictor.route_case is not None:
+        route = predictor.route_case(inputs for _, inputs in slice_batches(predictor, volume, device, batch_size))
+    for indices, inputs in slice_batches(predictor, volume, device, batch_size):
+        logits, batch_columns = route(inputs)
         probabilities = torch.sigmoid(logits.float()).cpu()
         num_structures = probabilities.shape[1]
         for z, probs in zip(indices, probabilities, strict=True):

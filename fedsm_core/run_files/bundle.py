@@ -2,8 +2,8 @@
 
 A bundle is a ``torch.save`` dictionary of tensors and plain values (loadable
 with ``weights_only=True``): the model spec, site and structure names, gamma,
-image size, and the state dicts of the global model, the K personalized models
-and the selector.
+image size, the run's ``route-by``, and the state dicts of the global model,
+the K personalized models and the selector.
 """
 
 from __future__ import annotations
@@ -18,17 +18,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model, check_gamma
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights
 from fedsm_core.run_files.model_files import BUNDLE_FORMAT, GLOBAL_MODEL_FORMAT, read_model_file
 
 SELECTOR_INCLUDES_GLOBAL = "selector-includes-global"  # key in BundleInfo.extra (FedSM-extra)
+# Bundles saved before the payload recorded route-by were routed per image, as the paper routes.
+ROUTE_BY_BEFORE_RECORDED = "image"
 
 
 @dataclasses.dataclass(frozen=True)
 class BundleInfo:
-    """Everything in a bundle besides the weights."""
+    """Everything in a bundle besides the weights.
+
+    ``route_by`` is the run's ``route-by`` (:data:`fedsm_core.algorithms.fedsm.settings.ROUTE_BY`):
+    ``"image"`` routes every image alone, ``"case"`` once per case (``fedsm predict``
+    takes it as its default for NIfTI volumes, one case each).
+    """
 
     spec: ModelSpec
     site_names: tuple[str, ...]
@@ -36,6 +44,17 @@ class BundleInfo:
     gamma: Gamma
     image_size: int
     extra: dict[str, Any]
+    route_by: str = "image"
+
+    def __post_init__(self) -> None:
+        check_route_by(self.route_by, "BundleInfo", "pass one of them (the run's route-by)")
+
+
+def check_route_by(value: object, where: str, fix: str) -> str:
+    """``value`` when it is one of :data:`ROUTE_BY`, else a ``ValueError`` naming ``where``, the value and ``fix``."""
+    if value not in ROUTE_BY:
+        raise ValueError(f"{where}: route-by = {value!r} is not one of {list(ROUTE_BY)}; {fix}")
+    return str(value)
 
 
 def _tensors(weights: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -78,6 +97,7 @@ def save_bundle(
         "gamma": list(info.gamma) if isinstance(info.gamma, tuple) else float(info.gamma),
         "image_size": int(info.image_size),
         "extra": dict(info.extra),
+        "route_by": info.route_by,
         "global": _tensors(global_weights),
         "personalized": [_tensors(weights) for weights in personalized],
         "selector": _tensors(selector_weights),
@@ -102,7 +122,11 @@ def load_bundle(path: str | Path, device: torch.device | str = "cpu") -> tuple[S
 
 def bundle_from_payload(payload: dict[str, Any], path: Path,
                         device: torch.device | str = "cpu") -> tuple[SuperModel, BundleInfo]:
-    """The super model and info of a payload :func:`read_model_file` accepted as a bundle."""
+    """The super model and info of a payload :func:`read_model_file` accepted as a bundle.
+
+    A payload without ``route_by`` (saved before bundles recorded it) routes per image.
+    """
+    route_by = payload.get("route_by", ROUTE_BY_BEFORE_RECORDED)
     info = BundleInfo(
         spec=ModelSpec(**payload["spec"]),
         site_names=tuple(payload["site_names"]),
@@ -110,6 +134,8 @@ def bundle_from_payload(payload: dict[str, Any], path: Path,
         gamma=check_gamma(payload["gamma"]),
         image_size=int(payload["image_size"]),
         extra=dict(payload["extra"]),
+        route_by=check_route_by(route_by, f"bundle '{path}'", "the file is damaged or was not written by "
+                                "FedSM's server: pass the super_model.pt written by a finished FedSM run"),
     )
     return _assemble(info, payload, path).to(device), info
 

@@ -91,7 +91,7 @@ def _build_fedsm_extra(setup: Setup) -> tuple[SiteStrategy, Saver]:
 
 
 def _super_model_saver(setup: Setup, fedsm: FedSM, strategy: FedSMStrategy) -> Saver:
-    """Saves the super model (FedSM-extra's: its K + 1 selector, no gamma) as a bundle."""
+    """Saves the super model (FedSM-extra's: its K + 1 selector, no gamma) as a bundle, with the run's route-by."""
     config, info = setup.config, setup.info
 
     def save(folder: Path) -> Path:
@@ -102,7 +102,8 @@ def _super_model_saver(setup: Setup, fedsm: FedSM, strategy: FedSMStrategy) -> S
         gamma = strategy.gamma
         if isinstance(strategy, FedSMExtraStrategy):
             extra[SELECTOR_INCLUDES_GLOBAL], selector, gamma = True, strategy.extra_selector, 0.0
-        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, gamma, config.image_size, extra)
+        bundle_info = BundleInfo(setup.spec, info.site_names, info.structures, gamma, config.image_size, extra,
+                                 route_by=config.route_by)
         personalized = [fedsm.personalized[name] for name in info.site_names]
         return save_bundle(setup.model_path(folder), bundle_info, fedsm.global_weights, personalized, selector)
 

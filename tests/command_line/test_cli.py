@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support.png_sites import prostate_folders, write_fundus_site, write_prostate_site
 
-from fedsm_core.command_line.cli import main
+from fedsm_core.command_line.cli import build_parser, main
 
 
 def test_a_clean_folder_of_sites_passes_with_counts_per_split(tmp_path, capsys):
@@ -100,6 +100,29 @@ def test_predict_modality_must_be_a_whole_number(capsys):
 
     assert stop.value.code == 2
     assert "--modality: invalid int value: 'T2'" in capsys.readouterr().err
+
+
+def test_predict_route_by_takes_image_or_case_and_defaults_to_the_bundles():
+    # Prepare
+    parser = build_parser()
+    required = ["predict", "--model", "m.pt", "--images", "in", "--out", "out"]
+
+    # Execute / Assert: None means "the bundle's route-by"
+    assert parser.parse_args(required).route_by is None
+    assert parser.parse_args([*required, "--route-by", "case"]).route_by == "case"
+    assert parser.parse_args([*required, "--route-by", "image"]).route_by == "image"
+
+
+def test_predict_route_by_refuses_other_values_and_is_in_the_help(capsys):
+    # Execute / Assert
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--model", "m.pt", "--images", "in", "--out", "out", "--route-by", "patient"])
+    assert stop.value.code == 2
+    assert "--route-by: invalid choice: 'patient'" in capsys.readouterr().err  # argparse lists image, case
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--route-by {image,case}" in out and "default: the bundle's route-by" in out
 
 
 def test_the_fedsm_command_of_pyproject_points_at_the_cli():

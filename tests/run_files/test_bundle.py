@@ -79,6 +79,53 @@ def test_a_gamma_per_model_round_trips(tmp_path):
     assert loaded.routes(torch.tensor([[0.1, 0.9], [0.6, 0.4]])).tolist() == [-1, 0]
 
 
+@pytest.mark.parametrize("route_by", ["image", "case"])
+def test_route_by_round_trips(tmp_path, route_by):
+    # Prepare
+    info = BundleInfo(SPEC, ("site-1", "site-2"), ("disc", "cup"), 0.5, 32, {}, route_by=route_by)
+    weights = get_weights(SPEC.build_segmentation())
+
+    # Execute
+    path = save_bundle(tmp_path / "b.pt", info, weights, [weights, weights], get_weights(SPEC.build_selector()))
+    _, loaded_info = load_bundle(path)
+
+    # Assert
+    assert torch.load(path, weights_only=True)["route_by"] == route_by
+    assert loaded_info.route_by == route_by and loaded_info == info
+
+
+def test_a_bundle_saved_before_route_by_was_recorded_loads_as_routing_per_image(trained, tmp_path):
+    # Prepare: the payload of an older server, which had no "route_by" entry
+    path, info, _ = trained
+    payload = torch.load(path, weights_only=True)
+    del payload["route_by"]
+    old = tmp_path / "old_super_model.pt"
+    torch.save(payload, old)
+
+    # Execute
+    loaded, loaded_info = load_bundle(old)
+
+    # Assert: routed per image (the paper's rule), everything else as saved
+    assert loaded_info.route_by == "image"
+    assert loaded_info == info and len(loaded.personalized) == 2
+
+
+def test_an_unknown_route_by_is_refused_naming_the_file_or_the_info(trained, tmp_path):
+    # Prepare
+    path, info, _ = trained
+    payload = torch.load(path, weights_only=True)
+    payload["route_by"] = "patient"
+    damaged = tmp_path / "damaged.pt"
+    torch.save(payload, damaged)
+
+    # Execute / Assert
+    with pytest.raises(ValueError, match=re.escape(f"bundle '{damaged}': route-by = 'patient' is not one of "
+                                                   "['image', 'case']") + ".*pass the super_model.pt"):
+        load_bundle(damaged)
+    with pytest.raises(ValueError, match=re.escape("BundleInfo: route-by = 'slice' is not one of ['image', 'case']")):
+        BundleInfo(SPEC, ("a", "b"), ("disc", "cup"), 0.5, 32, {}, route_by="slice")
+
+
 def test_save_leaves_no_temporary_file(trained):
     # Prepare
     path, _, _ = trained

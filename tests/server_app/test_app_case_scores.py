@@ -1,12 +1,23 @@
-"""A whole run on slices that name their cases: per-case scores beside the slice Dice, routing per case."""
+"""A whole run on slices that name their cases: per-case scores beside the slice Dice, routing per case.
+
+The bundle the server saves records the run's ``route-by``, which ``fedsm predict`` follows.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 from support.in_process_grid import TINY
+
+from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import training_dataset
+from fedsm_core.data.statistics import channel_statistics
+from fedsm_core.run_files.bundle import load_bundle
+from server_app.discovery import SiteNode
+from server_app.strategies.builder import Setup, build_strategy
 
 
 def write_case_site(folder: Path, seed: int) -> None:
@@ -48,3 +59,21 @@ def test_a_run_on_cases_reports_case_scores_and_labels_them(tmp_path, in_process
     summary = (folder / "summary.md").read_text()
     assert "case-dice-super" in summary and "slice Dice (paper)" in summary and "per-case 3-D Dice" in summary
     assert "Per-case 3-D Dice" in (folder / "report.html").read_text()
+
+
+@pytest.mark.parametrize(("strategy", "route_by"), [("fedsm", "case"), ("fedsm", "image"), ("fedsm-extra", "case")])
+def test_the_saved_super_model_records_the_runs_route_by(tmp_path, strategy, route_by):
+    # Prepare: the strategy's saver, straight after the start (no round needs to run to save a bundle)
+    config = RunConfig.from_mapping({"strategy": strategy, "route-by": route_by, "image-size": 32,
+                                     "selector-width": 4})
+    info = training_dataset(config.dataset)
+    pixels = channel_statistics(np.random.default_rng(0).random((1, 3, 4, 4)))
+    nodes = [SiteNode(100 + index, index, name, 4, 2, 2, pixels) for index, name in enumerate(info.site_names)]
+    setup = Setup(config, info, config.model_spec(len(info.structures), info.num_sites), nodes, lambda *args: None)
+    _, save = build_strategy(setup)
+
+    # Execute
+    _, bundle = load_bundle(save(tmp_path))
+
+    # Assert
+    assert bundle.route_by == route_by
