@@ -12,29 +12,24 @@ from experiments.routing.route_by_table import COLUMNS, client_averages, table_l
 TINY = "image-size=32 data-scale=0.1 max-local-steps=1 selector-width=4"
 
 
-def test_a_study_writes_both_routings_once_with_case_scores_and_a_second_sitting_trains_nothing(tmp_path,
-                                                                                              monkeypatch):
+def test_a_study_writes_a_cell_once_with_case_scores_and_a_second_sitting_trains_nothing(tmp_path, monkeypatch):
     # Prepare
     monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
-    args = ["--out", str(tmp_path / "study"), "--rounds", "1", "--run-config", TINY]
+    args = ["--out", str(tmp_path / "study"), "--routes", "case", "--rounds", "1", "--run-config", TINY]
 
     # Execute
     assert run_route_by.main(args) == 0
     monkeypatch.setattr(run_route_by, "run_cell", lambda *a: pytest.fail("a finished cell was trained again"))
     assert run_route_by.main(args) == 0
 
-    # Assert: both routings of synthetic-prostate, each with the six sites' validation and test scores,
-    # per-case 3-D Dice among them (the generated prostate ids name cases)
+    # Assert: the cell of synthetic-prostate (its default dataset) with the six sites' validation and test
+    # scores, per-case 3-D Dice among them (the generated prostate ids name cases)
     with (tmp_path / "study" / "results.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert {r["route_by"] for r in rows} == {"image", "case"}
-    for route in ("image", "case"):
-        test_case_dice = [r for r in rows if r["route_by"] == route and r["split"] == "test"
-                          and r["metric"] == "case-dice-super"]
-        assert len(test_case_dice) == 6
-        assert any(r["split"] == "val" and r["metric"] == "dice-super" for r in rows if r["route_by"] == route)
-    table = (tmp_path / "study" / "table.md").read_text()
-    assert "| image |" in table and "| case |" in table
+    assert {(r["dataset"], r["route_by"]) for r in rows} == {("synthetic-prostate", "case")}
+    assert len([r for r in rows if r["split"] == "test" and r["metric"] == "case-dice-super"]) == 6
+    assert any(r["split"] == "val" and r["metric"] == "dice-super" for r in rows)
+    assert "| case |" in (tmp_path / "study" / "table.md").read_text()
 
 
 def test_a_cell_runs_fedsm_with_its_routing_and_seed():
