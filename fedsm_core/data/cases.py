@@ -38,6 +38,9 @@ from fedsm_core.data.files import DataError
 from fedsm_core.data.preprocess import split_off
 
 CASE_PATTERNS = {"prostate-slices": r"(.+?)(?:_\d+)?", "fundus-dofe": r"(.+)"}
+# The ``val-split`` option of slice layouts: validation drawn as whole cases, or file by file.
+VAL_SPLITS = ("case", "file")
+EACH_FILE = re.compile(r"(.+)")  # every file its own case: the split of val-split = "file"
 
 
 def compile_case_pattern(pattern: str, where: str) -> re.Pattern[str]:
@@ -93,8 +96,8 @@ def split_cases_off(stems: Sequence[str], pattern: re.Pattern[str], fraction: fl
         (only, files), = cases.items()
         raise DataError(f"{folder} holds {len(files)} files of one case ('{only}' by case-pattern = "
                         f"'{pattern.pattern}'); the validation split takes whole cases, so it needs two or more. "
-                        "Add cases, or set case-pattern = '(.+)' to split by file (slices of one case then sit "
-                        "on both sides)")
+                        "Add cases, or set val-split = \"file\" to draw validation file by file (slices of one "
+                        "case then sit on both sides; the ids keep their case)")
     kept, taken = split_off(list(cases), fraction, seed, salt)
     return [s for c in kept for s in cases[c]], [s for c in taken for s in cases[c]]
 

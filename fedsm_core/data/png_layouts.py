@@ -23,7 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from fedsm_core.data.arrays import SiteSplits
-from fedsm_core.data.cases import CASE_PATTERNS, case_of, compile_case_pattern, split_cases_off
+from fedsm_core.data.cases import (
+    CASE_PATTERNS,
+    EACH_FILE,
+    VAL_SPLITS,
+    case_of,
+    compile_case_pattern,
+    split_cases_off,
+)
 from fedsm_core.data.files import DataError, Pair, Pairing, pair_by_stem, read_image, read_mask_values
 from fedsm_core.data.masks import MaskEncoding, decode_mask, mask_encoding
 from fedsm_core.data.preprocess import prepare_example, stack_examples
@@ -101,7 +108,7 @@ def read_pair(pair: Pair, layout: PngLayout, encoding: MaskEncoding) -> tuple[np
 
 def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int = 0, *,
                   encoding: str | None = None, on_orphans: str = "fail", name: str | None = None,
-                  case_pattern: str | None = None) -> SiteSplits:
+                  case_pattern: str | None = None, val_split: str = "case") -> SiteSplits:
     """Load one site of a PNG layout as train/validation/test arrays.
 
     Parameters
@@ -125,6 +132,11 @@ def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int 
         default of :data:`fedsm_core.data.cases.CASE_PATTERNS` when omitted).
         Ids are ``<site>/<case>/<name>``, or ``<site>/<name>`` when a file is
         its own case.
+    val_split : {"case", "file"}
+        How validation is drawn from ``train``: whole cases (slices of one
+        patient never on both sides), or single files, for a train folder of
+        one case; the ids keep their case either way, so the test split is
+        still scored per case.
     """
     layout = png_layout(layout_name)
     pattern = compile_case_pattern(case_pattern or CASE_PATTERNS[layout.name], f"site {site_path}")
@@ -135,7 +147,10 @@ def load_png_site(site_path: Path, layout_name: str, image_size: int, seed: int 
         raise DataError(f"site {site_path} has no image/mask pairs in its train folder; "
                         f"expected {layout.expected()}")
     train_folder = layout.folders(site_path, "train")[0]
-    train, val = split_cases_off(list(pairs["train"]), pattern, VAL_FRACTION, seed, site, train_folder)
+    if val_split not in VAL_SPLITS:
+        raise ValueError(f"site {site_path}: val-split = {val_split!r} must be one of {list(VAL_SPLITS)}")
+    by = pattern if val_split == "case" else EACH_FILE
+    train, val = split_cases_off(list(pairs["train"]), by, VAL_FRACTION, seed, site, train_folder)
     chosen = {"train": (train, pairs["train"]), "val": (val, pairs["train"]),
               "test": (sorted(pairs["test"]), pairs["test"])}
     arrays = {}

@@ -75,6 +75,11 @@ def _check_common(options: dict[str, object], where: str) -> None:
         from fedsm_core.data.cases import compile_case_pattern
 
         compile_case_pattern(str(options["case-pattern"]), where)
+    if "val-split" in options:
+        from fedsm_core.data.cases import VAL_SPLITS
+
+        if options["val-split"] not in VAL_SPLITS:
+            raise ValueError(f"{where}: val-split = {options['val-split']!r} must be one of {list(VAL_SPLITS)}")
 
 
 def _png(layout: str, encoding: str) -> Source:
@@ -83,10 +88,11 @@ def _png(layout: str, encoding: str) -> Source:
     from fedsm_core.data.png_layouts import load_png_site
 
     return Source(
-        layout, {"mask-encoding": encoding, "on-orphans": "fail", "case-pattern": CASE_PATTERNS[layout]},
+        layout, {"mask-encoding": encoding, "on-orphans": "fail", "case-pattern": CASE_PATTERNS[layout],
+                 "val-split": "case"},
         load=lambda path, size, seed, o, name: load_png_site(
             path, layout, size, seed, encoding=str(o["mask-encoding"]), on_orphans=str(o["on-orphans"]), name=name,
-            case_pattern=str(o["case-pattern"])),
+            case_pattern=str(o["case-pattern"]), val_split=str(o["val-split"])),
         inspect=lambda path, o, name: inspect_png_site(path, layout, str(o["mask-encoding"]), name),
     )
 

@@ -76,9 +76,26 @@ def test_a_case_pattern_setting_changes_the_case(tmp_path):
 def test_a_train_folder_of_one_case_is_an_error_naming_the_fix(tmp_path):
     site = write_slices(tmp_path / "A", ["00_01", "00_02", "00_03"], ["01_01"])
 
-    with pytest.raises(DataError, match=r"3 files of one case \('00'.*case-pattern = '\(\.\+\)'"):
+    with pytest.raises(DataError, match=r"3 files of one case \('00'.*val-split = \"file\""):
         load_png_site(site, "prostate-slices", 8, 0)
     assert len(load_png_site(site, "prostate-slices", 8, 0, case_pattern="(.+)").val) == 1  # split by file, if asked
+
+
+def test_val_split_by_file_draws_validation_from_one_case_and_the_ids_keep_their_case(tmp_path):
+    # Prepare: five slices of patient 00 to train on, two of patient 01 to test
+    site = write_slices(tmp_path / "A", [f"00_0{z}" for z in range(1, 6)], ["01_01", "01_02"])
+
+    # Execute
+    splits = load_png_site(site, "prostate-slices", 8, 0, val_split="file")
+
+    # Assert: round(0.2 * 5) = 1 file to validation; every id still names its patient
+    assert (len(splits.train), len(splits.val)) == (4, 1)
+    assert cases_in(splits.train.ids) == cases_in(splits.val.ids) == {"00"}
+    assert cases_in(splits.test.ids) == {"01"}
+    with pytest.raises(ValueError, match=r"val-split = 'slice' must be one of \['case', 'file'\]"):
+        load_png_site(site, "prostate-slices", 8, 0, val_split="slice")
+    with pytest.raises(ValueError, match=r"spec x: val-split = 'slice' must be one of"):
+        data_source("prostate-slices").options({"val-split": "slice"}, "spec x")
 
 
 def test_a_pattern_without_a_group_is_refused_where_it_is_set():

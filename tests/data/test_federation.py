@@ -157,7 +157,8 @@ def test_fundus_spec_gives_disc_and_cup(tmp_path):
         ([{"name": "siteA", "source": "prostate-jpeg"}],
          r"'prostate-jpeg' is unknown; known sources: \[.*'fundus-dofe'.*'prostate-slices'.*\]"),
         ([{"name": "siteA", "source": "prostate-slices", "colour-mode": "grey"}],
-         r"site 'siteA': option\(s\) \['colour-mode'\].*accepted: \['case-pattern', 'mask-encoding', 'on-orphans'\]"),
+         r"site 'siteA': option\(s\) \['colour-mode'\].*"
+         r"accepted: \['case-pattern', 'mask-encoding', 'on-orphans', 'val-split'\]"),
         ([{"name": "siteA", "source": "prostate-slices", "on-orphans": "ignore"}],
          r"site 'siteA': on-orphans = 'ignore' must be one of \['fail', 'skip'\]"),
         ([{"name": "siteA", "source": "prostate-slices", "mask-encoding": "rgb"}],

@@ -10,10 +10,9 @@ super model. One run (about 20 s on two busy cores) serves both.
 
 Every site's ``train`` folder holds slices of a single patient (``00``), so
 the loader refuses to split it into train and validation by patient (first
-test). The run therefore draws validation by slice, as
-``experiments/federations/multisite-prostate.toml`` does with
-``case-pattern = "(.+)"``, while every id keeps its patient, so the test split
-is scored per case.
+test). The spec therefore sets ``val-split = "file"``: validation is drawn
+file by file while every id keeps its patient, so the test split is scored
+per case.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
-import re
 import warnings
 from pathlib import Path
 
@@ -31,7 +29,6 @@ from support.in_process_grid import metrics_rows, only_run_folder, run_app
 
 from fedsm_core.command_line.cli import main
 from fedsm_core.data import png_layouts
-from fedsm_core.data.cases import split_cases_off
 from fedsm_core.data.files import DataError
 from fedsm_core.inference.predict import CSV_COLUMNS
 
@@ -52,16 +49,12 @@ def prostate_root() -> Path:
 def write_spec(folder: Path, root: Path) -> Path:
     """A federation spec in ``folder`` of the six real sites, each path relative to the spec's folder."""
     blocks = [f'[[sites]]\nname = "{site}"\nsource = "prostate-slices"\ncase-pattern = \'{PATIENT}\'\n'
+              'val-split = "file"\n'
               f'path = "{Path(os.path.relpath(root / site, folder)).as_posix()}"\n'
               + ('on-orphans = "skip"\n' if site == "I2CVB" else "") for site in SITES]
     spec = folder / "real-prostate.toml"
     spec.write_text('name = "real-prostate"\n\n' + "\n".join(blocks))
     return spec
-
-
-def split_train_by_slice(stems, pattern, fraction, seed, salt, folder):
-    """The loader's train/validation split drawn by slice (each ``train`` folder holds one patient)."""
-    return split_cases_off(stems, re.compile("(.+)"), fraction, seed, salt, folder)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +66,6 @@ def real_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patch.setenv("FEDSM_SITE_STATE", str(work / "site-state"))
-        patch.setattr(png_layouts, "split_cases_off", split_train_by_slice)
         run_app(work / "runs", f"{RUN} dataset='{spec}'", num_nodes=len(SITES))
     folder = only_run_folder(work / "runs")
     return folder, metrics_rows(folder), [str(w.message) for w in caught]
@@ -84,16 +76,14 @@ def test_a_split_by_patient_of_a_one_patient_train_folder_is_refused_naming_the_
     site = prostate_root() / "BIDMC"
 
     # Execute / Assert: validation takes whole cases, so one case cannot be split
-    with pytest.raises(DataError, match=r"holds 3 files of one case \('00'.*set case-pattern = '\(\.\+\)'"):
+    with pytest.raises(DataError, match=r"holds 3 files of one case \('00'.*set val-split = \"file\""):
         png_layouts.load_png_site(site, "prostate-slices", 32, case_pattern=PATIENT)
 
 
-def test_with_validation_drawn_by_slice_every_id_names_its_patient(monkeypatch):
-    # Prepare
-    monkeypatch.setattr(png_layouts, "split_cases_off", split_train_by_slice)
-
+def test_with_validation_drawn_by_file_every_id_names_its_patient():
     # Execute
-    splits = png_layouts.load_png_site(prostate_root() / "BIDMC", "prostate-slices", 32, case_pattern=PATIENT)
+    splits = png_layouts.load_png_site(prostate_root() / "BIDMC", "prostate-slices", 32, case_pattern=PATIENT,
+                                       val_split="file")
 
     # Assert: 3 train slices 80/20 -> 2 train, 1 validation; test as given
     assert (len(splits.train.ids), len(splits.val.ids)) == (2, 1)
