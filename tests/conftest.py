@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedsm_core.device import set_cpu_threads
@@ -57,23 +59,51 @@ def in_process_app(tmp_path, monkeypatch):
 
 @dataclasses.dataclass(frozen=True)
 class TinyRuns:
-    """Two in-process FedSM runs on tiny generated sites: ``first`` stops after round 1, ``straight`` runs 2."""
+    """Two in-process FedSM runs on tiny generated sites: ``first`` stops after round 1, ``straight`` runs 2.
+
+    Read-only: the pytest workers of one session share them (see :func:`tiny_fedsm`).
+    """
 
     first: Path
     straight: Path
     straight_rows: list
-    site_state: Path  # where the sites keep their state; a run resumed from ``first`` must find it
+    trained_site_state: Path  # the sites' state after ``first`` and ``straight``; never resume into it
+
+    def site_state(self, folder: Path) -> Path:
+        """A private copy of the sites' state under ``folder``, for a run resumed from ``first`` to find and change."""
+        copy = folder / "tiny-fedsm-site-state"
+        shutil.copytree(self.trained_site_state, copy)
+        return copy
 
 
-@pytest.fixture(scope="session")
-def tiny_fedsm(tmp_path_factory):
-    """:class:`TinyRuns`, trained once per session for the tests that only read or resume them."""
-    from support.in_process_grid import TINY, metrics_rows, only_run_folder, run_app
+def _train_tiny_runs(root: Path) -> None:
+    from support.in_process_grid import TINY, run_app
 
-    root = tmp_path_factory.mktemp("tiny-fedsm")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDSM_SITE_STATE", str(root / "site-state"))
         run_app(root / "first", TINY.replace("num-server-rounds=2", "num-server-rounds=1"), 6)
         run_app(root / "straight", TINY, 6)
+    (root / "trained").touch()
+
+
+@pytest.fixture(scope="session")
+def tiny_fedsm(tmp_path_factory, worker_id):
+    """:class:`TinyRuns`, trained once per test session for the tests that only read or resume them.
+
+    Under pytest-xdist each worker has its own session; the first worker to ask trains the runs into the
+    session's shared temporary folder while holding a file lock, the others wait and read them (the
+    pattern pytest-xdist documents for session fixtures that must run once).
+    """
+    from support.in_process_grid import metrics_rows, only_run_folder
+
+    if worker_id == "master":  # no xdist: this process is the whole session
+        root = tmp_path_factory.mktemp("tiny-fedsm")
+        _train_tiny_runs(root)
+    else:
+        root = tmp_path_factory.getbasetemp().parent / "tiny-fedsm"
+        with FileLock(f"{root}.lock"):
+            if not (root / "trained").is_file():
+                shutil.rmtree(root, ignore_errors=True)  # a worker that failed half way left this
+                _train_tiny_runs(root)
     straight = only_run_folder(root / "straight")
     return TinyRuns(only_run_folder(root / "first"), straight, metrics_rows(straight), root / "site-state")

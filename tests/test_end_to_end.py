@@ -28,7 +28,7 @@ def test_a_run_resumed_through_flwr_on_two_supernodes_gives_the_uninterrupted_in
 
     # Execute
     result = run_simulation(tmp_path / "flwr", f"{TINY} resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'",
-                            NUM_SUPERNODES="2", FEDSM_SITE_STATE=str(tiny_fedsm.site_state))
+                            NUM_SUPERNODES="2", FEDSM_SITE_STATE=str(tiny_fedsm.site_state(tmp_path)))
 
     # Assert: Flower's transport carries the same app to the same numbers as six in-process nodes, row for row
     folder, rows = finished_run(tmp_path / "flwr", result)

@@ -41,9 +41,25 @@ def test_a_fedsm_run_writes_metrics_summary_report_and_a_super_model_that_learne
     assert info.site_names == tuple(sorted(SITES))
 
 
-def test_scaffold_keeps_control_variates_on_the_nodes_and_saves_the_global_model(in_process_app):
+SCAFFOLD = TINY + ' strategy="scaffold"'
+
+
+@pytest.fixture(scope="module")
+def scaffold_on_six_nodes(tmp_path_factory):
+    """Two SCAFFOLD rounds, one node per site: its folder, metrics and grid (two tests read it)."""
+    from support.in_process_grid import metrics_rows, only_run_folder, run_app
+
+    root = tmp_path_factory.mktemp("scaffold")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDSM_SITE_STATE", str(root / "site-state"))
+        grid = run_app(root / "runs", SCAFFOLD, 6)
+    folder = only_run_folder(root / "runs")
+    return folder, metrics_rows(folder), grid
+
+
+def test_scaffold_keeps_control_variates_on_the_nodes_and_saves_the_global_model(scaffold_on_six_nodes):
     # Execute: two rounds, so the second uses the control variates the nodes kept
-    folder, rows, grid = in_process_app(TINY + ' strategy="scaffold"')
+    folder, rows, grid = scaffold_on_six_nodes
 
     # Assert
     assert any("SCAFFOLD" in line for line in grid.log)
@@ -118,10 +134,10 @@ def test_fedbn_with_harmofl_components_and_knn_per_saves_one_model_per_site(in_p
     torch.testing.assert_close(weights[0]["amplitude_norm.amplitude"], weights[5]["amplitude_norm.amplitude"])
 
 
-def test_two_nodes_serving_six_sites_give_the_same_metrics_as_six_nodes(in_process_app):
+def test_two_nodes_serving_six_sites_give_the_same_metrics_as_six_nodes(in_process_app, scaffold_on_six_nodes):
     # Execute: SCAFFOLD keeps a control variate per site between rounds; with 2 nodes each serves 3 sites
-    _, two, _ = in_process_app(TINY + ' strategy="scaffold"', num_nodes=2, name="two")
-    _, six, _ = in_process_app(TINY + ' strategy="scaffold"', num_nodes=6, name="six")
+    _, two, _ = in_process_app(SCAFFOLD, num_nodes=2, name="two")
+    _, six, _ = scaffold_on_six_nodes
 
     # Assert
     assert two == six and {r["site"] for r in two if r["split"] == "test"} == SITES | {"pooled"}
@@ -144,10 +160,11 @@ def _assert_same_states(left: Path, right: Path, server_round: int) -> None:
         _assert_same_arrays(a["state"][key], b["state"][key], key)
 
 
-def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends(tiny_fedsm, in_process_app, monkeypatch):
+def test_a_resumed_fedsm_run_ends_where_the_uninterrupted_run_ends(tiny_fedsm, in_process_app, monkeypatch,
+                                                                   tmp_path):
     # Arrange: one round, interrupted there (tiny_fedsm.first); the sites' state from it
     assert load_checkpoint(tiny_fedsm.first / CHECKPOINT_FILE)["round"] == 1
-    monkeypatch.setenv("FEDSM_SITE_STATE", str(tiny_fedsm.site_state))
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(tiny_fedsm.site_state(tmp_path)))
 
     # Execute: the resume for round 2
     resumed, resumed_rows, _ = in_process_app(f"{TINY} resume-from='{tiny_fedsm.first / CHECKPOINT_FILE}'")
