@@ -19,6 +19,20 @@ def _identity(node_id: int):
     return saved
 
 
+def pytest_collection_modifyitems(items):
+    """Run the modules marked ``long_module(seconds=...)`` first, longest first.
+
+    pytest-xdist (``--dist loadfile --no-loadscope-reorder``) hands whole modules to its workers in this
+    order: starting the minutes-long modules first keeps one worker from finishing alone with them at the end.
+    """
+
+    def weight(item) -> float:
+        marker = item.get_closest_marker("long_module")
+        return -float(marker.kwargs["seconds"]) if marker else 0.0
+
+    items.sort(key=weight)  # stable: each module's tests keep their order
+
+
 @pytest.fixture
 def client_process(tmp_path, monkeypatch):
     """The identity the Flower runtime gives a ClientApp process, and per-site state in this test's folder."""

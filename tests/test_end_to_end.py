@@ -7,6 +7,7 @@ SuperNodes serving six sites), and that a run failing inside the simulation exit
 
 from __future__ import annotations
 
+import pytest
 import torch
 from support.flwr_run import finished_run, run_simulation, superlinks
 from support.in_process_grid import TINY
@@ -14,6 +15,8 @@ from support.in_process_grid import TINY
 from fedsm_core.algorithms.fedsm.gamma import describe_gamma
 from fedsm_core.run_files.bundle import load_bundle
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE
+
+pytestmark = pytest.mark.long_module(seconds=90)
 
 SELECTOR_ACCURACY_FLOOR = 0.9  # what a fitted head reaches on the tiny generated sites; chance is 1/6
 # Pooled test Dice of the super model after the two tiny rounds: the untrained U-Net scores 0.088 on these

@@ -26,6 +26,8 @@ from fedsm_core.data.png_layouts import load_png_site
 from fedsm_core.data.registry import dataset_info
 from fedsm_core.data.synthetic_fundus import PAPER_SITE_SIZES
 
+pytestmark = pytest.mark.long_module(seconds=25)
+
 FAKE_TOTAL = 60
 FAKE_SIDE = 96
 SIZE = 32

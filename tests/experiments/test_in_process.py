@@ -18,7 +18,7 @@ TINY = {"num-server-rounds": 1, "image-size": 32, "data-scale": 0.1, "max-local-
         "batch-size": 4}
 
 
-pytestmark = pytest.mark.usefixtures("client_process")
+pytestmark = [pytest.mark.usefixtures("client_process"), pytest.mark.long_module(seconds=40)]
 
 
 def _app_rounds(settings: dict[str, object], rounds: int):

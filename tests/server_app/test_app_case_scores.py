@@ -19,6 +19,8 @@ from fedsm_core.run_files.bundle import load_bundle
 from server_app.discovery import SiteNode
 from server_app.strategies.builder import Setup, build_strategy
 
+pytestmark = pytest.mark.long_module(seconds=12)
+
 
 def write_case_site(folder: Path, seed: int) -> None:
     """A ProstateSlice-layout site whose files are ``<case>_<slice>``: 3 training cases and 2 test cases of 2 slices."""

@@ -18,6 +18,8 @@ from support.png_sites import write_slice_site
 from fedsm_core.run_files.bundle import load_bundle
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
+pytestmark = pytest.mark.long_module(seconds=120)
+
 SITES = {f"site-{i}" for i in range(1, 7)}
 
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 import statistics
 
 import numpy as np
+import pytest
 from support.in_process_grid import TINY
 
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
+
+pytestmark = pytest.mark.long_module(seconds=60)
 
 RUN = "num-server-rounds=4 max-local-steps=2 image-size=32 data-scale=0.1 eval-every=4 strategy='fedavg'"
 ATTACK = "attack='site-6:sign-flip' attack-scale=4.0"

@@ -28,7 +28,7 @@ TINY = {"image-size": 32, "data-scale": 0.1, "max-local-steps": 2, "selector-wid
 TINY_TEXT = " ".join(f"{key}={value}" for key, value in TINY.items())
 
 
-pytestmark = pytest.mark.usefixtures("client_process")
+pytestmark = [pytest.mark.usefixtures("client_process"), pytest.mark.long_module(seconds=90)]
 
 
 def _app_fedavg(settings: dict[str, object], rounds: int):

@@ -9,6 +9,8 @@ import pytest
 from experiments.robustness import run_robustness
 from experiments.robustness.table import COLUMNS, honest_scores, write_table
 
+pytestmark = pytest.mark.long_module(seconds=16)
+
 TINY = "image-size=32 data-scale=0.1 max-local-steps=1 selector-width=4"
 
 

@@ -9,6 +9,8 @@ import pytest
 from experiments.routing import run_route_by
 from experiments.routing.route_by_table import COLUMNS, client_averages, table_lines
 
+pytestmark = pytest.mark.long_module(seconds=20)
+
 TINY = "image-size=32 data-scale=0.1 max-local-steps=1 selector-width=4"
 
 

@@ -20,6 +20,8 @@ from experiments.study.table import (
     study_table,
 )
 
+pytestmark = pytest.mark.long_module(seconds=30)
+
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = Path(__file__).resolve().parent / "study_sample"
 
