@@ -16,7 +16,7 @@ from flwr.app import RecordDict
 
 from app_protocol import records
 from fedsm_core.algorithms.attacks import INFLATION, AttackSettings, noised, sign_flipped
-from fedsm_core.data.arrays import SegArrays, SiteSplits
+from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.models.weights import Weights
 
 
@@ -31,7 +31,7 @@ def site_attacks(settings: AttackSettings, site: str, node_config: Mapping[str, 
 
 def with_flipped_labels(site: SiteSplits) -> SiteSplits:
     """``label-flip``: the site's training masks inverted (``1 - y``); images and other splits unchanged."""
-    train = SegArrays(site.train.images, 1.0 - site.train.masks, site.train.ids)
+    train = dataclasses.replace(site.train, masks=1.0 - site.train.masks)
     return dataclasses.replace(site, train=train)
 
 

@@ -16,7 +16,7 @@ import torch
 from fedsm_core.algorithms.fedsm.client import segmentation_batch_fn
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
-from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.arrays import SegArrays, merged_spacings
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
@@ -35,6 +35,7 @@ def concat_arrays(parts: Sequence[SegArrays]) -> SegArrays:
         np.concatenate([p.images for p in parts]),
         np.concatenate([p.masks for p in parts]),
         tuple(i for p in parts for i in p.ids),
+        merged_spacings(parts),
     )
 
 

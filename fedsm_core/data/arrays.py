@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,11 +22,18 @@ class SegArrays:
         float32 ``[N, K, H, W]`` with values exactly 0.0 or 1.0.
     ids : tuple of str
         One id per image, e.g. ``"site-3/0007"``.
+    spacings : mapping of str to (float, float, float)
+        Voxel spacing in mm, ``(dz, dy, dx)``, of each case (keyed by
+        :func:`fedsm_core.data.cases.named_case` of its slices' ids) as its slices
+        are stacked for per-case scores: the slice step across, the pixels of the
+        resized slices in-plane. Empty where the source gives none (fundus images,
+        PNG slices); a subset may keep entries of cases it no longer holds.
     """
 
     images: np.ndarray
     masks: np.ndarray
     ids: tuple[str, ...]
+    spacings: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.masks.ndim != 4:
@@ -42,6 +50,11 @@ class SegArrays:
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
+
+
+def merged_spacings(parts: Sequence[SegArrays]) -> dict[str, tuple[float, float, float]]:
+    """The case spacings of several splits in one mapping (cases are site-qualified, so none collide)."""
+    return {case: spacing for part in parts for case, spacing in part.spacings.items()}
 
 
 @dataclass(frozen=True, eq=False)

@@ -41,6 +41,9 @@ LABELS = mask_encoding("label-map")  # 0 = background, 1 and 2 = prostate
 _READ_ERRORS = (ImageFileError, HeaderDataError, OSError, EOFError, ValueError, zlib.error)
 
 
+SPACING_UNITS_MM = {"meter": 1000.0, "mm": 1.0, "micron": 0.001}  # NIfTI xyz units -> mm
+
+
 def _unreadable(kind: str, path: Path, error: Exception) -> DataError:
     return DataError(f"cannot read {kind} volume {path}: {error}; replace it with a valid NIfTI file (.nii, .nii.gz)")
 
@@ -137,6 +140,24 @@ def read_label(path: Path) -> tuple[np.ndarray, list[int]]:
         raise DataError(f"label volume {path} holds non-integer values {odd[:10]}; labels must be "
                         f"integers ({LABELS.description}); re-export it without interpolation")
     return volume, [int(v) for v in present]
+
+
+def read_spacing(path: Path) -> tuple[float, float, float] | None:
+    """The voxel size ``(x, y, z)`` in mm from a volume's header, or ``None`` when it gives no usable one.
+
+    Zooms in metres or microns are converted; a header that leaves the unit unknown is read as millimetres,
+    as ITK does (nibabel already replaces zero zooms by 1 with a warning when it loads the file).
+    """
+    try:
+        header = nib.load(path).header
+        zooms, (unit, _) = header.get_zooms()[:3], header.get_xyzt_units()
+    except _READ_ERRORS as error:
+        raise _unreadable("image", path, error) from None
+    factor = SPACING_UNITS_MM.get(unit, 1.0)
+    values = tuple(float(z) * factor for z in zooms)
+    if len(values) != 3 or not all(np.isfinite(v) and v > 0 for v in values):
+        return None
+    return values  # type: ignore[return-value]
 
 
 def check_label_values(values: list[int], path: Path) -> None:

@@ -47,6 +47,7 @@ from fedsm_core.data.nifti_cases import (
     find_cases,
     read_image,
     read_label,
+    read_spacing,
 )
 from fedsm_core.data.preprocess import prepare_example, stack_examples
 
@@ -93,15 +94,27 @@ def select_slices(label: np.ndarray, empty_fraction: float, seed: int, salt: str
     return np.flatnonzero(has_foreground | keep_empty).tolist()
 
 
-def _case_examples(pair: Pair, site: str, image_size: int, seed: int, modality: int,
-                   empty_fraction: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
+def stacked_spacing(voxel: tuple[float, float, float], shape: tuple[int, ...],
+                    image_size: int) -> tuple[float, float, float]:
+    """``(dz, dy, dx)`` in mm of a case's slices as scored: each ``[X, Y]`` slice resized to ``image_size``².
+
+    ``voxel`` is the header's ``(x, y, z)`` size; rows are the first voxel axis, columns the second.
+    """
+    (sx, sy, sz), (nx, ny) = voxel, shape[:2]
+    return sz, sx * nx / image_size, sy * ny / image_size
+
+
+def _case_examples(pair: Pair, site: str, image_size: int, seed: int, modality: int, empty_fraction: float
+                   ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str], tuple[float, float, float] | None]:
     label, values = read_label(pair.mask)
     check_label_values(values, pair.mask)
     image = read_image(pair.image, modality)
     check_shapes(pair, image.shape, label.shape)
     slices = select_slices(label, empty_fraction, seed, f"{site}/{pair.stem}")
     examples = [prepare_example(image[:, :, z], LABELS.decode(label[:, :, z]), image_size) for z in slices]
-    return examples, [f"{site}/{pair.stem}/z{z:03d}" for z in slices]
+    voxel = read_spacing(pair.image)
+    spacing = stacked_spacing(voxel, image.shape, image_size) if voxel else None
+    return examples, [f"{site}/{pair.stem}/z{z:03d}" for z in slices], spacing
 
 
 def load_nifti_site(site_path: Path, image_size: int, seed: int = 0, *, layout: str = "multisite",
@@ -154,12 +167,15 @@ def load_nifti_site(site_path: Path, image_size: int, seed: int = 0, *, layout: 
     by_case = {pair.stem: pair for pair in pairing.pairs}
     arrays: dict[str, SegArrays] = {}
     for split, cases in split_cases(list(by_case), seed, site).items():
-        examples, ids = [], []
+        examples, ids, spacings = [], [], {}
         for case in cases:
-            case_examples, case_ids = _case_examples(by_case[case], site, image_size, seed, modality, empty_fraction)
+            case_examples, case_ids, spacing = _case_examples(by_case[case], site, image_size, seed, modality,
+                                                              empty_fraction)
             examples += case_examples
             ids += case_ids
-        arrays[split] = stack_examples(examples, ids, len(LABELS.structures), image_size)
+            if spacing is not None:
+                spacings[f"{site}/{case}"] = spacing
+        arrays[split] = stack_examples(examples, ids, len(LABELS.structures), image_size, spacings)
     if not len(arrays["train"]):
         raise DataError(f"site {site_path} has no training slices: the label volumes of its train cases are empty "
                         f"and empty_fraction = {empty_fraction}; check the labels or raise empty_fraction")

@@ -9,7 +9,7 @@ serves every dataset and federation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -89,14 +89,15 @@ def prepare_example(image: np.ndarray, targets: np.ndarray, size: int) -> tuple[
 
 
 def stack_examples(examples: Sequence[tuple[np.ndarray, np.ndarray]], ids: Sequence[str],
-                   num_structures: int, size: int) -> SegArrays:
-    """SegArrays from prepared examples (an empty split keeps the right shapes)."""
+                   num_structures: int, size: int,
+                   spacings: Mapping[str, tuple[float, float, float]] | None = None) -> SegArrays:
+    """SegArrays from prepared examples (an empty split keeps the right shapes), with the cases' ``spacings``."""
     if not examples:
         return SegArrays(np.zeros((0, 3, size, size), np.float32),
-                         np.zeros((0, num_structures, size, size), np.float32), ())
+                         np.zeros((0, num_structures, size, size), np.float32), (), dict(spacings or {}))
     images = np.stack([image for image, _ in examples])
     masks = np.stack([mask for _, mask in examples])
-    return SegArrays(images, masks, tuple(ids))
+    return SegArrays(images, masks, tuple(ids), dict(spacings or {}))
 
 
 def split_off(stems: Sequence[str], fraction: float, seed: int, salt: str) -> tuple[list[str], list[str]]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsm_core.data.arrays import SegArrays, SiteSplits
+from fedsm_core.data.arrays import SegArrays, SiteSplits, merged_spacings
 
 PARTITIONS = ("one-site", "iid", "real")
 POOLED_SITE = "all-sites"
@@ -32,7 +32,7 @@ POOLED_SITE = "all-sites"
 
 def take(data: SegArrays, indices: np.ndarray) -> SegArrays:
     """The images of ``data`` at ``indices``, in that order, with their masks and ids."""
-    return SegArrays(data.images[indices], data.masks[indices], tuple(data.ids[i] for i in indices))
+    return SegArrays(data.images[indices], data.masks[indices], tuple(data.ids[i] for i in indices), data.spacings)
 
 
 def pool_training(sites: Sequence[SiteSplits]) -> SegArrays:
@@ -40,7 +40,7 @@ def pool_training(sites: Sequence[SiteSplits]) -> SegArrays:
     if not sites:
         raise ValueError("pool_training: no sites")
     return SegArrays(np.concatenate([s.train.images for s in sites]), np.concatenate([s.train.masks for s in sites]),
-                     tuple(i for s in sites for i in s.train.ids))
+                     tuple(i for s in sites for i in s.train.ids), merged_spacings([s.train for s in sites]))
 
 
 def repartition(sites: Sequence[SiteSplits], partition: str, seed: int) -> list[SiteSplits]:
@@ -70,9 +70,10 @@ def repartition(sites: Sequence[SiteSplits], partition: str, seed: int) -> list[
     pooled = pool_training(sites)
     if partition == "one-site":
         val = SegArrays(np.concatenate([s.val.images for s in sites]), np.concatenate([s.val.masks for s in sites]),
-                        tuple(i for s in sites for i in s.val.ids))
+                        tuple(i for s in sites for i in s.val.ids), merged_spacings([s.val for s in sites]))
         test = SegArrays(np.concatenate([s.test.images for s in sites]),
-                         np.concatenate([s.test.masks for s in sites]), tuple(i for s in sites for i in s.test.ids))
+                         np.concatenate([s.test.masks for s in sites]), tuple(i for s in sites for i in s.test.ids),
+                         merged_spacings([s.test for s in sites]))
         return [SiteSplits(POOLED_SITE, pooled, val, test)]
     order = np.random.default_rng(seed).permutation(len(pooled))
     ends = np.cumsum([len(s.train) for s in sites])

@@ -35,6 +35,7 @@ from itertools import pairwise
 import numpy as np
 
 from fedsm_core.data.arrays import SegArrays, SiteSplits
+from fedsm_core.data.cases import named_case
 
 # Shared with the fundus generator so both datasets validate arguments and
 # word their errors identically.
@@ -339,7 +340,9 @@ def generate_site(site_index: int, image_size: int = 64, scale: float = 0.5,
     images, masks = _render_site(rng, site, sizes, size)
     ids = case_ids(site.name, sizes)
     # Whole cases in order, 0.5/0.25/0.25: val and test get at least 2, train the rest.
-    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b]) for a, b in pairwise(split_bounds(sizes))]
+    spacing = voxel_spacing(index, size)  # nominal: the generated patients vary about 3 % around it
+    spacings = {case: spacing for case in {named_case(i) for i in ids} if case is not None}
+    splits = [SegArrays(images[a:b], masks[a:b], ids[a:b], spacings) for a, b in pairwise(split_bounds(sizes))]
     return SiteSplits(site.name, *splits)
 
 

@@ -28,17 +28,20 @@ prediction is empty too (0 otherwise) but, as empty images in
 of one mask gets its Euclidean distance to the nearest surface voxel of the
 other (``scipy.ndimage.distance_transform_edt`` with ``sampling = spacing``);
 HD95 is the larger of the two directed 95th percentiles (linear
-interpolation). In voxels without a spacing (the app: pixels of the
-resized slice in-plane, one slice step across), in millimetres with one.
+interpolation). ``case-hd95-*`` is in voxels (pixels of the resized slices
+in-plane, one slice step across); where every case of the split has a
+spacing (:attr:`fedsm_core.data.arrays.SegArrays.spacings`: NIfTI headers, the
+generated prostate cases), ``case-hd95-mm-*`` gives the same distance in
+millimetres.
 It is undefined (NaN) when the prediction or the target of a structure is
 empty; a case's HD95 is the mean over its structures where it is defined.
 A case with foreground whose HD95 is undefined (the model found nothing of
 it) is left out of the HD95 mean and counted (``num-missed-cases-<model>``).
 
 Metric keys, per model (``global``, ``personal``, ``super``): ``case-dice-<model>``
-(mean over cases with foreground), ``case-hd95-<model>`` (mean over those with
-a defined HD95), ``num-missed-cases-<model>``; per split: ``num-cases``,
-``num-empty-cases``.
+(mean over cases with foreground), ``case-hd95-<model>`` and ``case-hd95-mm-<model>``
+(means over those with a defined HD95), ``num-missed-cases-<model>``; per split:
+``num-cases``, ``num-empty-cases``.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from fedsm_core.data.cases import named_case, slice_number
 from fedsm_core.metrics import dice_per_structure
 
 CASE_DICE = "case-dice-"  # a mean over cases with foreground
-CASE_HD95 = "case-hd95-"  # a mean over cases with a defined HD95
+CASE_HD95 = "case-hd95-"  # a mean over cases with a defined HD95, in voxels
+CASE_HD95_MM = "case-hd95-mm-"  # the same in mm, where every case has a spacing
 NUM_CASES = "num-cases"
 NUM_EMPTY_CASES = "num-empty-cases"
 NUM_MISSED = "num-missed-cases-"  # cases with foreground where the model's HD95 is undefined
@@ -68,6 +72,7 @@ class CaseScore:
     dice: float
     hd95: float
     foreground: bool
+    hd95_mm: float = float("nan")  # NaN without a spacing
 
 
 def has_cases(ids: Sequence[str]) -> bool:
@@ -150,7 +155,7 @@ def volume_hd95(pred: np.ndarray, target: np.ndarray, spacing: Sequence[float] |
 
 
 def score_cases(pred: np.ndarray, target: np.ndarray, ids: Sequence[str],
-                spacing: Sequence[float] | None = None) -> list[CaseScore]:
+                spacings: Mapping[str, Sequence[float]] | None = None) -> list[CaseScore]:
     """3-D Dice and HD95 of every case of a split (empty when no id names a case).
 
     Parameters
@@ -159,8 +164,9 @@ def score_cases(pred: np.ndarray, target: np.ndarray, ids: Sequence[str],
         Binary slice masks ``[N, C, H, W]`` (prediction and target), in the order of ``ids``.
     ids : sequence of str
         The split's example ids.
-    spacing : sequence of float, optional
-        ``(dz, dy, dx)`` of the stacked volume; HD95 in voxels when omitted.
+    spacings : mapping of str to sequence of float, optional
+        Case -> ``(dz, dy, dx)`` in mm of its stacked volume; a case in it also
+        gets its HD95 in mm (``hd95_mm``).
     """
     if pred.shape != target.shape or len(ids) != len(pred):
         raise ValueError(f"score_cases: prediction {pred.shape}, target {target.shape} and {len(ids)} ids "
@@ -169,21 +175,29 @@ def score_cases(pred: np.ndarray, target: np.ndarray, ids: Sequence[str],
     for case, rows in group_cases(ids).items():
         positions = slice_positions([ids[row] for row in rows])
         p, t = stack_case(pred[rows], positions), stack_case(target[rows], positions)
-        scores.append(CaseScore(case, dice_3d(p, t), volume_hd95(p, t, spacing), bool(t.any())))
+        spacing = (spacings or {}).get(case)
+        millimetres = volume_hd95(p, t, spacing) if spacing is not None else float("nan")
+        scores.append(CaseScore(case, dice_3d(p, t), volume_hd95(p, t), bool(t.any()), millimetres))
     return scores
 
 
-def summarize_cases(scores: Sequence[CaseScore], model: str) -> dict[str, float]:
-    """``case-dice-<model>``, ``case-hd95-<model>`` and ``num-missed-cases-<model>`` of one model's case scores."""
+def summarize_cases(scores: Sequence[CaseScore], model: str, in_mm: bool = False) -> dict[str, float]:
+    """``case-dice-<model>``, ``case-hd95-<model>`` and ``num-missed-cases-<model>`` of one model's case scores.
+
+    With ``in_mm`` (every case has a spacing) also ``case-hd95-mm-<model>``, over the same cases.
+    """
     kept = [s for s in scores if s.foreground]
-    located = [s.hd95 for s in kept if not np.isnan(s.hd95)]
-    return {CASE_DICE + model: float(np.mean([s.dice for s in kept])) if kept else float("nan"),
-            CASE_HD95 + model: float(np.mean(located)) if located else float("nan"),
-            NUM_MISSED + model: float(len(kept) - len(located))}
+    located = [s for s in kept if not np.isnan(s.hd95)]
+    summary = {CASE_DICE + model: float(np.mean([s.dice for s in kept])) if kept else float("nan"),
+               CASE_HD95 + model: float(np.mean([s.hd95 for s in located])) if located else float("nan"),
+               NUM_MISSED + model: float(len(kept) - len(located))}
+    if in_mm:
+        summary[CASE_HD95_MM + model] = float(np.mean([s.hd95_mm for s in located])) if located else float("nan")
+    return summary
 
 
 def case_metrics(predictions: Mapping[str, np.ndarray], target: np.ndarray, ids: Sequence[str],
-                 spacing: Sequence[float] | None = None) -> dict[str, float]:
+                 spacings: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
     """Per-case metrics of several models on one split; ``{}`` when no id names a case.
 
     Parameters
@@ -192,13 +206,16 @@ def case_metrics(predictions: Mapping[str, np.ndarray], target: np.ndarray, ids:
         Model name (``global``, ``super``, ...) -> its binary slice masks ``[N, C, H, W]``.
     target : np.ndarray
         Target slice masks ``[N, C, H, W]`` (values 0/1).
+    spacings : mapping of str to sequence of float, optional
+        Case -> ``(dz, dy, dx)`` in mm; HD95 is also reported in mm when every case has one.
     """
     if not has_cases(ids):
         return {}
+    in_mm = bool(spacings) and all(case in spacings for case in group_cases(ids))
     metrics: dict[str, float] = {}
     for model, pred in predictions.items():
-        scores = score_cases(pred, target > 0.5, ids, spacing)
-        metrics.update(summarize_cases(scores, model))
+        scores = score_cases(pred, target > 0.5, ids, spacings if in_mm else None)
+        metrics.update(summarize_cases(scores, model, in_mm))
         metrics[NUM_CASES] = float(len(scores))
         metrics[NUM_EMPTY_CASES] = float(sum(not s.foreground for s in scores))
     return metrics
@@ -218,9 +235,9 @@ class CaseMasks:
             self._parts.setdefault(model, []).append(predicted.bool().cpu().numpy())
 
     def result(self, target: np.ndarray, models: Sequence[str] | None = None,
-               spacing: Sequence[float] | None = None) -> dict[str, float]:
+               spacings: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
         """:func:`case_metrics` of the collected models (or of ``models`` among them) against ``target``."""
         if not self.active or not self._parts:
             return {}
         chosen = [m for m in self._parts if models is None or m in models]
-        return case_metrics({m: np.concatenate(self._parts[m]) for m in chosen}, target, self.ids, spacing)
+        return case_metrics({m: np.concatenate(self._parts[m]) for m in chosen}, target, self.ids, spacings)

@@ -65,7 +65,8 @@ def evaluate_super_model(
         foreground (:mod:`fedsm_core.metrics`); so do the Dice sweeps.
         When the ids name cases, also the per-case 3-D Dice and HD95 of the
         global, personalized and super model (:mod:`fedsm_core.evaluation.case_scores`:
-        ``case-dice-*``, ``case-hd95-*``, ``num-missed-cases-*``, ``num-cases``,
+        ``case-dice-*``, ``case-hd95-*`` (``case-hd95-mm-*`` where the cases have a spacing),
+        ``num-missed-cases-*``, ``num-cases``,
         ``num-empty-cases``); the super model's only without a sweep, since
         its gamma is then chosen after this evaluation.
     """
@@ -98,7 +99,7 @@ def evaluate_super_model(
         metrics["routing-gain-sweep"], metrics["routed-count-sweep"] = gains, counts
     if routing:
         metrics.update(routing_cells(scores["super-route"], scores["super"], scores["foreground"]))
-    metrics.update(cases.result(data.masks, ("global", "personal") if gammas else None))
+    metrics.update(cases.result(data.masks, ("global", "personal") if gammas else None, data.spacings))
     return metrics
 
 
@@ -229,4 +230,5 @@ def evaluate_model(
         logits = model(to_device(images, device))
         scores.add(logits, to_device(masks, device))
         cases.add(name.removeprefix("dice-"), torch.sigmoid(logits) > 0.5)
-    return {**scores.result(name), "num-images": float(len(data.images)), **cases.result(data.masks)}
+    return {**scores.result(name), "num-images": float(len(data.images)),
+            **cases.result(data.masks, spacings=data.spacings)}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
-from fedsm_core.evaluation.case_scores import CASE_DICE, CASE_HD95, NUM_CASES, NUM_MISSED
+from fedsm_core.evaluation.case_scores import CASE_DICE, CASE_HD95, CASE_HD95_MM, NUM_CASES, NUM_MISSED
 from fedsm_core.evaluation.super_model_evaluation import ROUTED_COUNT, ROUTED_DICE, route_label
 from fedsm_core.report.overlays import DEPLOYMENT_FOLDER
 from fedsm_core.report.report_plots import cost_per_round, plot_cost, plot_gamma, plot_test_bars, plot_validation
@@ -23,7 +23,7 @@ REPORT_FILE = "report.html"
 FIGURE_FOLDER = "report"  # the figures' PNGs, beside report.html
 ROUTING_TABLE_ID = "routing-matrix"
 TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global", "gamma")
-CASE_COLUMNS = (NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, NUM_MISSED)
+CASE_COLUMNS = (NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, CASE_HD95_MM, NUM_MISSED)
                              for model in ("global", "personal", "super")))
 KEY_SETTINGS = ("strategy", "dataset", "num-server-rounds", "image-size", "data-scale", "seed", "softpull-lambda",
                 "gamma-selection", "selector-head", "personalization", "lr", "local-epochs", "max-local-steps",
@@ -97,7 +97,8 @@ def case_table(run: RunData) -> str:
     note = ('<p class="note">Per-case 3-D Dice: the slices of each test case (patient) stacked into one volume, '
             "the mean over cases with foreground. HD95: the 95th-percentile surface distance in voxels (in-plane "
             "pixels of the resized slices, one slice step across), the mean over cases where the model found "
-            "foreground; missed cases are counted apart.</p>")
+            "foreground; missed cases are counted apart. HD95 mm: the same distance in millimetres, where every "
+            "case has a voxel spacing (NIfTI headers, generated prostate cases).</p>")
     return "<h3>Per case (3-D)</h3>" + note + _table(["site", *columns], rows)
 
 

@@ -7,14 +7,22 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from fedsm_core.evaluation.case_scores import CASE_DICE, CASE_HD95, NUM_CASES, NUM_EMPTY_CASES, NUM_MISSED
+from fedsm_core.evaluation.case_scores import (
+    CASE_DICE,
+    CASE_HD95,
+    CASE_HD95_MM,
+    NUM_CASES,
+    NUM_EMPTY_CASES,
+    NUM_MISSED,
+)
 
 CSV_COLUMNS = ("round", "split", "site", "metric", "value")
 POOLED = "pooled"
 SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global",
                    "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super",
                    NUM_CASES, CASE_DICE + "global", CASE_DICE + "personal", CASE_DICE + "super",
-                   CASE_HD95 + "global", CASE_HD95 + "personal", CASE_HD95 + "super")
+                   CASE_HD95 + "global", CASE_HD95 + "personal", CASE_HD95 + "super",
+                   CASE_HD95_MM + "global", CASE_HD95_MM + "personal", CASE_HD95_MM + "super")
 COUNT_PREFIX = "num-"  # counts add up over sites
 DICE_PREFIX = "dice-"  # means over images with foreground (fedsm_core.metrics)
 EMPTY_FP_PREFIX = "empty-fp-"  # means over images without foreground
@@ -22,7 +30,9 @@ CASE_LEGEND = ("`dice-*`: slice Dice (paper), the mean over 2-D slices with fore
                "3-D Dice, each case's slices stacked into one volume, the mean over cases with foreground; "
                "`case-hd95-*`: per-case 95th-percentile Hausdorff distance in voxels (in-plane pixels of the "
                "resized slices, one slice step across), the mean over cases where the model found foreground "
-               "(`num-missed-cases-*` in metrics.csv counts the others); `num-cases`: cases (docs/results.md)")
+               "(`num-missed-cases-*` in metrics.csv counts the others); `case-hd95-mm-*`: the same in mm, where "
+               "every case has a voxel spacing (NIfTI headers, generated prostate cases); `num-cases`: cases "
+               "(docs/results.md)")
 
 
 def _images_behind(name: str, metrics: Mapping[str, float]) -> float:
@@ -34,8 +44,9 @@ def _images_behind(name: str, metrics: Mapping[str, float]) -> float:
         return empty
     if name.startswith(CASE_DICE):
         return metrics.get(NUM_CASES, 0.0) - metrics.get(NUM_EMPTY_CASES, 0.0)
-    if name.startswith(CASE_HD95):
-        missed = metrics.get(NUM_MISSED + name.removeprefix(CASE_HD95), 0.0)
+    if name.startswith(CASE_HD95):  # voxels or mm: over the same cases
+        model = name.removeprefix(CASE_HD95_MM) if name.startswith(CASE_HD95_MM) else name.removeprefix(CASE_HD95)
+        missed = metrics.get(NUM_MISSED + model, 0.0)
         return metrics.get(NUM_CASES, 0.0) - metrics.get(NUM_EMPTY_CASES, 0.0) - missed
     return metrics["num-images"]
 

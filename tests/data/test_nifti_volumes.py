@@ -29,6 +29,12 @@ def _save(path: Path, array: np.ndarray) -> Path:
     return path
 
 
+def _save_image(path: Path, volume: nib.Nifti1Image) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nib.save(volume, str(path))
+    return path
+
+
 def _box(k: int) -> tuple[slice, slice]:
     """The foreground box of case ``k``: its position differs per case, so a mix-up shows."""
     return slice(2 + 2 * k, 10 + 2 * k), slice(4, 12 + k)
@@ -112,6 +118,30 @@ def test_resizing_keeps_the_box(tmp_path):
     assert splits.train.images.shape == (2, 3, 12, 12)
     expected = _label(0)[::2, ::2, 2] > 0  # a box on even rows/cols halves exactly
     assert np.array_equal(splits.train.masks[0, 0] > 0, expected)
+
+
+def test_each_case_carries_its_header_spacing_scaled_to_the_resized_slices(tmp_path):
+    # Prepare: one case with 0.5 x 0.8 mm pixels and 3 mm slices (24 x 24 voxels per slice), one with
+    # 0.4 x 0.4 x 2.5 mm given in microns, one without a unit (read as mm)
+    site = tmp_path / "RUNMC"
+    label = _label(0)
+    for name, zooms, unit in (("Case00", (0.5, 0.8, 3.0), "mm"), ("Case01", (400.0, 400.0, 2500.0), "micron"),
+                              ("Case02", (1.0, 1.0, 4.0), "unknown")):
+        for suffix, data in (("", _image(label)), ("_segmentation", label)):
+            volume = nib.Nifti1Image(data, np.eye(4))
+            volume.header.set_zooms(zooms)
+            volume.header.set_xyzt_units(xyz=unit)
+            _save_image(site / f"{name}{suffix}.nii.gz", volume)
+
+    # Execute: slices resized from 24 to 12 pixels
+    splits = load_nifti_site(site, 12, empty_fraction=0.0)
+
+    # Assert: (dz, dy, dx) = (slice, row pixel * 24 / 12, column pixel * 24 / 12) mm, every case in each split
+    expected = {"RUNMC/Case00": (3.0, 1.0, 1.6), "RUNMC/Case01": (2.5, 0.8, 0.8), "RUNMC/Case02": (4.0, 2.0, 2.0)}
+    for split in (splits.train, splits.val, splits.test):
+        assert {case for case in split.spacings} >= {"/".join(i.split("/")[:2]) for i in split.ids}
+        for case, spacing in split.spacings.items():
+            assert spacing == pytest.approx(expected[case]), case
 
 
 def test_msd_zones_merge_and_modality_choice(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedsm_core.data import synthetic_fundus
+from fedsm_core.data.cases import named_case
 from fedsm_core.data.synthetic_prostate import (
     PAPER_SITE_SIZES,
     PROSTATE_SITES,
@@ -220,6 +221,13 @@ def test_split_sizes_in_cases(site_index, scale, cases):
     site = generate_site(site_index, image_size=32, scale=scale)
     assert tuple(len({_case(i) for i in split.ids}) for split in (site.train, site.val, site.test)) == cases
     assert len(site.train) + len(site.val) + len(site.test) == site_size(site_index, scale)
+
+
+def test_every_generated_case_carries_its_sites_voxel_spacing():
+    site = generate_site(2, 64, 0.3, seed=1)
+    for split in (site.train, site.val, site.test):
+        cases = {named_case(i) for i in split.ids}
+        assert cases and all(split.spacings[case] == voxel_spacing(2, 64) for case in cases)
 
 
 def test_voxel_spacing():

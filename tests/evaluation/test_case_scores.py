@@ -114,15 +114,15 @@ def test_a_case_volume_keeps_the_gaps_between_its_slices():
 
     # Execute
     (voxels,) = score_cases(pred, target, ids)
-    (millimetres,) = score_cases(pred, target, ids, spacing=(3.0, 1.0, 1.0))
+    (millimetres,) = score_cases(pred, target, ids, spacings={"s/c": (3.0, 1.0, 1.0)})
 
     # Assert: |P| = 12, |T| = 8, |P & T| = 8 -> Dice = 16 / 20 = 0.8. Prediction -> target: eight 0s and
     # four 2s (slice 13 is two slice steps from slice 11), p95 at rank 0.95 * 11 = 10.45 -> 2; target ->
     # prediction all 0: HD95 = 2 voxels, 6 mm with 3 mm slices (stacked without the gap it would be 1)
     assert voxels.case == "s/c" and voxels.foreground
     assert voxels.dice == pytest.approx(0.8)
-    assert voxels.hd95 == pytest.approx(2.0)
-    assert millimetres.hd95 == pytest.approx(6.0)
+    assert voxels.hd95 == pytest.approx(2.0) and np.isnan(voxels.hd95_mm)
+    assert millimetres.hd95 == pytest.approx(2.0) and millimetres.hd95_mm == pytest.approx(6.0)
 
 
 def test_case_metrics_leave_empty_and_missed_cases_out_of_their_means():
@@ -138,6 +138,25 @@ def test_case_metrics_leave_empty_and_missed_cases_out_of_their_means():
     # Assert: Dice over a (1) and b (0) = 0.5; HD95 over a only = 0; b counted as missed; e as empty
     assert metrics == {"case-dice-global": 0.5, "case-hd95-global": 0.0, "num-missed-cases-global": 1.0,
                        "num-cases": 3.0, "num-empty-cases": 1.0}
+
+
+def test_hd95_in_mm_is_reported_with_a_spacing_for_every_case_and_only_then():
+    # Prepare: case a predicted one slice step too far (slice 2 holds a square only in the prediction),
+    # case b exactly; case a has 2.5 mm slices, b 4 mm; a third case c without a spacing in the second call
+    ids = ["s/a/z000", "s/a/z001", "s/a/z002", "s/b/z000"]
+    target = _slices(ids, {"s/a/z000": (1, 1), "s/a/z001": (1, 1), "s/b/z000": (3, 3)})
+    pred = _slices(ids, {"s/a/z000": (1, 1), "s/a/z001": (1, 1), "s/a/z002": (1, 1), "s/b/z000": (3, 3)})
+    spacings = {"s/a": (2.5, 0.5, 0.5), "s/b": (4.0, 1.0, 1.0)}
+
+    # Execute
+    both = case_metrics({"super": pred}, target.astype(np.float32), ids, spacings)
+    partial = case_metrics({"super": pred}, target.astype(np.float32), ids, {"s/a": (2.5, 0.5, 0.5)})
+
+    # Assert: case a: prediction -> target distances 0 (x8) and 1 slice step (x4), p95 at rank 0.95 * 11 =
+    # 10.45 -> 1 step = 1 voxel = 2.5 mm; b: 0. Means over a and b: 0.5 voxels, 1.25 mm
+    assert both["case-hd95-super"] == pytest.approx(0.5)
+    assert both["case-hd95-mm-super"] == pytest.approx(1.25)
+    assert "case-hd95-mm-super" not in partial and partial["case-hd95-super"] == pytest.approx(0.5)
 
 
 def test_images_without_cases_have_no_case_metrics():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from support.tiny_super_model import ChannelSelector, Threshold, tiny_site
@@ -99,3 +101,21 @@ def test_one_models_evaluation_reports_its_case_scores_under_its_name():
     assert metrics["case-dice-global"] == pytest.approx(
         case_metrics({"global": channel > 0.55}, data.masks, data.ids)["case-dice-global"])
     assert metrics["num-cases"] == 2
+
+
+def test_a_split_whose_cases_carry_spacings_also_reports_hd95_in_mm():
+    # Prepare: the same two cases, with 3 mm slices and 0.5 mm pixels
+    data, channel = _two_cases()
+    cases = {"/".join(i.split("/")[:2]) for i in data.ids}
+    spaced = dataclasses.replace(data, spacings={case: (3.0, 0.5, 0.5) for case in cases})
+
+    # Execute
+    plain = evaluate_model(Threshold(0.55), data, batch_size=4)
+    metrics = evaluate_model(Threshold(0.55), spaced, batch_size=4)
+
+    # Assert: the mm value is the case scores' with that spacing; without spacings there is none
+    expected = case_metrics({"global": channel > 0.55}, data.masks, data.ids, spaced.spacings)
+    assert "case-hd95-mm-global" not in plain
+    assert metrics["case-hd95-mm-global"] == pytest.approx(expected["case-hd95-mm-global"])
+    assert metrics["case-hd95-global"] == pytest.approx(plain["case-hd95-global"])
+

@@ -42,9 +42,9 @@ def test_table_shows_only_reported_metrics_and_dashes_for_missing_sites():
 CASE_SITES = {
     # a: 3 cases, 1 with an empty target, 1 missed by the super model; b: 2 cases
     "a": {"dice-super": 0.8, "num-images": 30.0, "num-cases": 3.0, "num-empty-cases": 1.0,
-          "case-dice-super": 0.6, "case-hd95-super": 4.0, "num-missed-cases-super": 1.0},
+          "case-dice-super": 0.6, "case-hd95-super": 4.0, "case-hd95-mm-super": 8.0, "num-missed-cases-super": 1.0},
     "b": {"dice-super": 0.9, "num-images": 10.0, "num-cases": 2.0, "case-dice-super": 0.9, "case-hd95-super": 1.0,
-          "num-missed-cases-super": 0.0},
+          "case-hd95-mm-super": 5.0, "num-missed-cases-super": 0.0},
 }
 
 
@@ -54,6 +54,7 @@ def test_case_means_pool_over_the_cases_they_were_taken_over():
     # case-hd95-super over cases with a defined HD95: (1 * 4 + 2 * 1) / 3 = 2
     assert pooled["case-dice-super"] == pytest.approx(0.75)
     assert pooled["case-hd95-super"] == pytest.approx(2.0)
+    assert pooled["case-hd95-mm-super"] == pytest.approx((1 * 8.0 + 2 * 5.0) / 3)  # over the same cases
     assert (pooled["num-cases"], pooled["num-empty-cases"], pooled["num-missed-cases-super"]) == (5.0, 1.0, 1.0)
     assert pooled["dice-super"] == pytest.approx((30 * 0.8 + 10 * 0.9) / 40)
 

@@ -56,6 +56,7 @@ def test_a_run_on_cases_reports_case_scores_and_labels_them(tmp_path, in_process
     for model in ("global", "personal", "super"):
         assert 0.0 <= test[("pooled", f"case-dice-{model}")] <= 1.0
         assert ("pooled", f"num-missed-cases-{model}") in test
+    assert not any(metric.startswith("case-hd95-mm-") for _, metric in test)  # PNG slices carry no spacing
     validation = {r["metric"] for r in rows if r["split"] == "val"}
     assert "case-dice-global" in validation and "case-dice-super" not in validation
     summary = (folder / "summary.md").read_text()
