@@ -207,13 +207,20 @@ def _fedsm_federation(config: RunConfig, train_sites: list[SiteSplits], device: 
 
 
 def _super_validation(federation: in_process.Federation) -> tuple[dict, float]:
-    """Per-site validation metrics with the gamma sweep, and the pooled super-model Dice at the gamma it chooses."""
+    """Per-site validation metrics with the gamma sweep, and the pooled super-model Dice at the gamma it chooses.
+
+    The gamma is the run's rule (``gamma-selection``); with one gamma per
+    personalized model the curve shows the best single gamma instead.
+    """
     in_process.fit_selector_head(federation)
     validation = in_process.evaluate(federation, "val", federation.config.gamma)
     sweeps = {site: (m["dice-super-sweep"], float(m["num-images"]) - float(m.get("num-empty", 0.0)))
               for site, m in validation.items()}
     pooled = pool_sweeps(sweeps, GAMMA_GRID)
-    return validation, pooled[GAMMA_GRID.index(choose_gamma(pooled, GAMMA_GRID))]
+    gamma = in_process.chosen_gamma(federation.config, validation)
+    if isinstance(gamma, tuple):
+        gamma = choose_gamma(pooled, GAMMA_GRID)
+    return validation, pooled[GAMMA_GRID.index(gamma)]
 
 
 def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:

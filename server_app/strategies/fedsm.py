@@ -46,7 +46,7 @@ class FedSMStrategy(SiteStrategy):
         Rounds, evaluation schedule, minimum replies, amplitude schedule.
     gamma : float
         Selector confidence threshold used in evaluation until validation chooses one.
-    gamma_selection : {"per-model", "validation", "fixed"}
+    gamma_selection : {"per-model", "validation", "client-average", "fixed"}
         How each validation round chooses gamma from its sweep
         (:meth:`restate_validation`): one per personalized model, one for all
         (the best pooled validation Dice of the super model), or none
@@ -280,6 +280,10 @@ class FedSMStrategy(SiteStrategy):
         pooled = pool_sweeps(sweeps, GAMMA_GRID)
         curve = ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, pooled, strict=True))
         notes = [f"pooled validation Dice of the super model by gamma: {curve}"]
+        if self.gamma_selection == "client-average":
+            average = pool_sweeps({site: (curve, 1.0) for site, (curve, _) in sweeps.items()}, GAMMA_GRID)
+            notes.append("client-average validation Dice of the super model by gamma: "
+                         + ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, average, strict=True)))
         if self.gamma_selection != "fixed":
             notes.append(f"gamma chosen on validation: {describe_gamma(self.gamma, self.fedsm.site_names)}")
             log(INFO, "gamma chosen on validation data: %s", describe_gamma(self.gamma, self.fedsm.site_names))

@@ -11,7 +11,12 @@ GAMMA_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(21))
 
 
 def pool_sweeps(sweeps: Mapping[str, tuple[Sequence[float], float]], gammas: Sequence[float]) -> list[float]:
-    """Pool per-site Dice-versus-gamma curves, weighting each site by its image count.
+    r"""Pool per-site Dice-versus-gamma curves, weighting each site by its image count.
+
+    .. math:: \bar D(\gamma) = \sum_k n_k D_k(\gamma) / \sum_k n_k
+
+    Giving every site the weight 1 instead (``n_k = 1``) yields the client
+    average, the mean of the sites' curves.
 
     Parameters
     ----------
@@ -94,13 +99,17 @@ def select_gamma(rule: str, validation: Mapping[str, Mapping[str, object]],
     ``validation`` maps each site to its evaluation metrics with the sweeps
     (:func:`fedsm_core.evaluation.super_model_evaluation.evaluate_super_model`). ``fixed`` keeps
     ``default``; ``validation`` is :func:`choose_gamma` on the pooled sweep,
-    each site weighted by its images with foreground; ``per-model`` is
+    each site weighted by its images with foreground; ``client-average`` is
+    :func:`choose_gamma` on the mean of the sites' sweeps (every site weighs
+    the same, as in the client-average Dice the studies report, so the large
+    sites do not choose the small sites' gamma); ``per-model`` is
     :func:`choose_model_gammas` on the gains summed over sites (sites
     without per-model sweeps make it fall back to ``validation``).
     """
     if rule == "fixed" or not validation:
         return default
-    sweeps = {site: (m["dice-super-sweep"], float(m.get("num-images", 0.0)) - float(m.get("num-empty", 0.0)))
+    sweeps = {site: (m["dice-super-sweep"], 1.0 if rule == "client-average"
+                     else float(m.get("num-images", 0.0)) - float(m.get("num-empty", 0.0)))
               for site, m in validation.items()}
     pooled = choose_gamma(pool_sweeps(sweeps, GAMMA_GRID), GAMMA_GRID)
     if rule != "per-model" or not all("routing-gain-sweep" in m for m in validation.values()):

@@ -16,7 +16,7 @@ from fedsm_core.checks import check_settings, setting
 SELECTOR_WEIGHTINGS = SITE_WEIGHTINGS  # "equal" or "size", as site-weighting
 SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: averaged by the server, or kept at each site
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
-GAMMA_SELECTIONS = ("per-model", "validation", "fixed")  # see fedsm_core.algorithms.fedsm.gamma
+GAMMA_SELECTIONS = ("per-model", "validation", "client-average", "fixed")  # see fedsm_core.algorithms.fedsm.gamma
 ROUTE_BY = ("image", "case")  # see fedsm_core.algorithms.fedsm.super_model.selector_probabilities
 
 
@@ -51,7 +51,7 @@ class FedSMSettings:
         The super model's confidence threshold: the selector's top probability
         at most ``gamma`` routes to the global model (``gamma``).
     gamma_selection : str
-        ``per-model``, ``validation`` or ``fixed`` (``gamma-selection``).
+        ``per-model``, ``validation``, ``client-average`` or ``fixed`` (``gamma-selection``).
     extra_rounds : int
         FedSM-extra: selector rounds after the model rounds (``extra-rounds``).
     route_by : str

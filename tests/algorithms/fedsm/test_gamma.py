@@ -68,3 +68,16 @@ def test_select_gamma_follows_the_rule_and_weights_sites_by_images_with_foregrou
     assert select_gamma("fixed", validation, 0.5) == 0.5
     # per-model without per-model sweeps falls back to the pooled choice
     assert select_gamma("per-model", validation, 0.5) == 1.0
+
+
+def test_client_average_weighs_every_site_the_same_so_small_sites_can_outvote_a_large_one():
+    # large: 100 images, best at gamma 0 (0.95 against 0.90); two small sites of 5 images, best at gamma 1
+    large = {"dice-super-sweep": [0.95] * 20 + [0.90], "num-images": 100.0}
+    small = {"dice-super-sweep": [0.80] * 20 + [0.88], "num-images": 5.0}
+    validation = {"large": large, "small-1": small, "small-2": dict(small)}
+    # pooled by images: gamma 0 (95 + 4 + 4) / 110 = 0.93636 > gamma 1 (90 + 4.4 + 4.4) / 110 = 0.89818
+    assert select_gamma("validation", validation, 0.5) == 0.0
+    # client average: gamma 0 (0.95 + 0.80 + 0.80) / 3 = 0.85 < gamma 1 (0.90 + 0.88 + 0.88) / 3 = 0.88667
+    assert select_gamma("client-average", validation, 0.5) == 1.0
+    # with one site the two rules agree
+    assert select_gamma("client-average", {"large": large}, 0.5) == select_gamma("validation", {"large": large}, 0.5)

@@ -1,0 +1,176 @@
+r"""FedSM's super model under each rule for choosing gamma, re-scored from the ladder's FedSM checkpoints.
+
+Usage (after the ladder trained the cells; the arguments name them as the ladder's do)::
+
+    python -m experiments.ladder.gamma_rules --out experiments/results/ladder --rounds 100 \
+        --run-config image-size=64 --datasets synthetic-fundus-style --seeds 0 1 2 \
+        --variant input-norm --variant-config "input-norm='per-image'"
+
+No training: each finished FedSM cell's last checkpoint is loaded, its
+selector head fitted as in the run, and every site's validation and test
+split scored at each gamma of the grid. Each rule chooses on validation only;
+the test Dice it gets is then read off the test sweep (``per-model`` is
+scored once more with its per-model gammas). Rules:
+
+- ``validation``, ``client-average``, ``per-model``: the settings of
+  ``gamma-selection`` (:func:`fedsm_core.algorithms.fedsm.gamma.select_gamma`);
+- ``per-site``: each site takes the gamma best on its own validation split
+  (what a hospital could choose for itself at deployment; not a setting);
+- ``global`` (gamma 1) and ``selector`` (gamma 0), the two ends.
+
+Rows go to ``<out>/gamma_rules.csv`` (a cell already there is skipped) and the
+means over seeds to ``<out>/gamma_rules.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from experiments import in_process
+from experiments.ladder.loops import _checkpoint, _fedsm_federation, load_sites
+from experiments.ladder.run_ladder import cell_config, cell_folder
+from experiments.runner import parse_overrides
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
+from fedsm_core.data.repartition import repartition
+from fedsm_core.device import select_device
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
+
+COLUMNS = ("dataset", "method", "seed", "rule", "gamma", "site", "test-dice")
+RULES = ("validation", "client-average", "per-model", "per-site", "global", "selector")
+
+
+def sweep(federation: in_process.Federation, split: str, gamma) -> dict[str, dict[str, object]]:
+    """Every site's super-model metrics on ``split``, with the Dice at each gamma of the grid."""
+    model = in_process.super_model(federation, gamma)
+    batch = federation.config.batch_size * 2
+    return {site.name: evaluate_super_model(model, index, getattr(site, split), batch, federation.device,
+                                            list(GAMMA_GRID))
+            for index, site in enumerate(federation.sites)}
+
+
+def site_gammas(rule: str, validation: dict[str, dict[str, object]]) -> dict[str, float] | tuple[float, ...]:
+    """Each site's gamma under ``rule`` (a site of origin), or one gamma per personalized model (``per-model``)."""
+    names = list(validation)
+    if rule == "per-site":
+        return {name: choose_gamma(validation[name]["dice-super-sweep"], GAMMA_GRID) for name in names}
+    if rule in ("global", "selector"):
+        return dict.fromkeys(names, 1.0 if rule == "global" else 0.0)
+    chosen = select_gamma(rule, validation, 0.5)
+    return chosen if isinstance(chosen, tuple) else dict.fromkeys(names, chosen)
+
+
+def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, float]]:
+    """``(rule, gamma, site, test Dice)`` for every rule and site of the trained federation."""
+    in_process.fit_selector_head(federation)
+    validation, test = sweep(federation, "val", 0.0), sweep(federation, "test", 0.0)
+    names = list(validation)
+    rows = []
+    for rule in RULES:
+        gammas = site_gammas(rule, validation)
+        if isinstance(gammas, tuple):  # per-model: the route depends on the model, so score it again
+            scored = in_process.evaluate(federation, "test", gammas)
+            dice = {name: float(scored[name]["dice-super"]) for name in names}
+            label = describe_gamma(gammas, names)
+        else:
+            dice = {name: test[name]["dice-super-sweep"][GAMMA_GRID.index(gammas[name])] for name in names}
+            label = describe_gamma(gammas[names[0]], names) if len(set(gammas.values())) == 1 \
+                else describe_gamma(tuple(gammas.values()), names)
+        rows += [(rule, label, name, dice[name]) for name in names]
+    return rows
+
+
+def rescore_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict[str, object],
+                 folder: Path) -> list[tuple[str, str, str, float]] | None:
+    """The rows of one ladder FedSM cell (``real`` rung), or None when its checkpoint has not reached ``rounds``."""
+    state = _checkpoint(folder)
+    if state is None or state["round"] < rounds:
+        return None
+    config = cell_config(dataset, seed, rounds, overrides, method)
+    sites = load_sites(config)
+    federation = _fedsm_federation(config, repartition(sites, "real", config.data_seed),
+                                   select_device(config.device))
+    federation.fedsm, _ = state["federation"]
+    return rescore(federation)
+
+
+def read_rows(csv_path: Path) -> list[dict[str, str]]:
+    """The CSV's rows, none when it does not exist yet."""
+    if not csv_path.exists():
+        return []
+    with csv_path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    """Markdown: per (dataset, method), each rule's client-average test Dice, mean over seeds, and its gammas."""
+    groups: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+    for row in rows:
+        cell = groups[(row["dataset"], row["method"])][row["rule"]]
+        cell.setdefault(int(row["seed"]), {"gamma": row["gamma"], "dice": []})["dice"].append(float(row["test-dice"]))
+    lines = ["# FedSM's super model by rule for choosing gamma", "",
+             "Generated by `python -m experiments.ladder.gamma_rules` from `gamma_rules.csv` (ladder checkpoints, "
+             "no training). Client-average test Dice of the super model; each rule chooses on validation only.", ""]
+    for (dataset, method), rules in sorted(groups.items()):
+        seeds = sorted({seed for by_seed in rules.values() for seed in by_seed})
+        lines += [f"## {dataset}, {method}", "",
+                  "| rule | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | gamma chosen (per seed) |",
+                  "|---|" + "---|" * (len(seeds) + 2)]
+        for rule in RULES:
+            if rule not in rules:
+                continue
+            averages = [float(np.mean(rules[rule][s]["dice"])) if s in rules[rule] else None for s in seeds]
+            shown = [f"{a:.4f}" if a is not None else "" for a in averages]
+            mean = np.mean([a for a in averages if a is not None])
+            gammas = "; ".join(rules[rule][s]["gamma"] for s in seeds if s in rules[rule])
+            lines.append(f"| {rule} | " + " | ".join(shown) + f" | {mean:.4f} | {gammas} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Re-score the FedSM cells named like the ladder's that are finished and not yet in the CSV."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the ladder's --out (its runs/ hold the checkpoints)")
+    parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--run-config", default="")
+    parser.add_argument("--variant", default="")
+    parser.add_argument("--variant-config", default="")
+    args = parser.parse_args(argv)
+    overrides = {**parse_overrides(args.run_config), **parse_overrides(args.variant_config)}
+    method = f"fedsm:{args.variant}" if args.variant else "fedsm"
+    csv_path = args.out / "gamma_rules.csv"
+    done = {(r["dataset"], r["method"], int(r["seed"])) for r in read_rows(csv_path)}
+    for dataset in args.datasets:
+        for seed in args.seeds:
+            folder = cell_folder(args.out, (dataset, method, "real", seed))
+            if (dataset, method, seed) in done:
+                continue
+            rows = rescore_cell(dataset, method, seed, args.rounds, overrides, folder)
+            if rows is None:
+                print(f"[gamma-rules] {folder}: no checkpoint at round {args.rounds} yet; skipped", flush=True)
+                continue
+            _append(csv_path, [(dataset, method, seed, *row) for row in rows])
+            print(f"[gamma-rules] {dataset} {method} seed {seed}: re-scored", flush=True)
+    (args.out / "gamma_rules.md").write_text(table(read_rows(csv_path)))
+    return 0
+
+
+def _append(csv_path: Path, rows: list[tuple]) -> None:
+    fresh = not csv_path.exists()
+    with csv_path.open("a", newline="") as handle:
+        writer = csv.writer(handle)
+        if fresh:
+            writer.writerow(COLUMNS)
+        writer.writerows((*row[:-1], f"{row[-1]:.6f}") for row in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
