@@ -147,7 +147,9 @@ class FedSMStrategy(SiteStrategy):
 
         Each site answers a query carrying the selector with the sums of its
         embeddings (:func:`~fedsm_core.algorithms.fedsm.selector_head.selector_statistics`).
-        Without every site's answer the trained head is kept for this evaluation.
+        A site without an accepted answer gets a closed route for this
+        evaluation (:meth:`~fedsm_core.algorithms.fedsm.fedsm.FedSM.fit_selector_head`);
+        with fewer than two answers the trained head is kept.
         """
         content = encode_query(records.SELECTOR_STATISTICS, self.fedsm.selector_weights)
         messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
@@ -165,11 +167,14 @@ class FedSMStrategy(SiteStrategy):
             except (KeyError, ValueError) as error:
                 log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
         try:
-            self.fedsm.fit_selector_head(statistics, self.selector_shrinkage)
+            closed = self.fedsm.fit_selector_head(statistics, self.selector_shrinkage)
         except ValueError as error:
             log(WARNING, "round %d: selector head kept as trained: %s", server_round, error)
             return
         log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
+        if closed:
+            log(WARNING, "round %d: no images are routed to the personalized models of %s (no accepted selector "
+                "statistics this round)", server_round, ", ".join(closed))
 
     def evaluation_selector(self) -> tuple[Weights, bool]:
         """The selector the super model routes with, and whether it has a global output (FedSM-extra)."""

@@ -175,17 +175,26 @@ class FedSM:
         self.global_weights = fixed.pop("")
         self.personalized = fixed
 
-    def fit_selector_head(self, statistics: Mapping[str, SelectorStatistics], shrinkage: float) -> None:
-        """Replace the selector's linear head by the one fitted from every site's embedding statistics.
+    def fit_selector_head(self, statistics: Mapping[str, SelectorStatistics], shrinkage: float) -> list[str]:
+        """Replace the selector's linear head by the one fitted from the sites' embedding statistics.
 
-        See :mod:`fedsm_core.algorithms.fedsm.selector_head`. The fit needs all K
-        sites (each is one class); the state is unchanged when one is missing.
+        See :mod:`fedsm_core.algorithms.fedsm.selector_head`. Each site is one
+        class of the fit; a site missing from ``statistics`` (no reply, or a
+        reply the server rejected) gets a closed route: no image goes to its
+        personalized model until its statistics are accepted again. The fit
+        needs two sites; with fewer the state is unchanged (``ValueError``).
+
+        Returns
+        -------
+        list of str
+            The sites whose routes are closed.
         """
-        missing = [site for site in self.site_names if site not in statistics]
-        if missing:
-            raise ValueError(f"selector head: no statistics from {missing}; every site is one class of the fit")
-        self.selector_weights = with_fitted_head(self.selector_weights, [statistics[s] for s in self.site_names],
+        present = [site for site in self.site_names if site in statistics]
+        if len(present) < 2:
+            raise ValueError(f"selector head: statistics from {present} only; the fit needs two or more sites")
+        self.selector_weights = with_fitted_head(self.selector_weights, [statistics.get(s) for s in self.site_names],
                                                  shrinkage)
+        return [site for site in self.site_names if site not in statistics]
 
     def _check_update(self, site: str, update: FedSMUpdate) -> None:
         """Raise ``ValueError`` when a reply does not match the server's models."""

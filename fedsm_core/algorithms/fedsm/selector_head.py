@@ -39,6 +39,8 @@ from fedsm_core.models.weights import Weights
 from fedsm_core.training.batches import iterate_batches
 
 STATISTICS_KEYS = ("count", "sum", "gram")
+# The logit of a closed route: softmax gives it exp(-1e4) = 0 beside any fitted logit, and it stays finite in float32
+CLOSED_BIAS = -1.0e4
 # The selector's linear head in its state dict (Selector.classifier).
 HEAD_WEIGHT, HEAD_BIAS = "classifier.weight", "classifier.bias"
 
@@ -161,10 +163,21 @@ def fit_selector_head(statistics: Sequence[SelectorStatistics], shrinkage: float
     return weight, bias
 
 
-def with_fitted_head(selector_weights: Weights, statistics: Sequence[SelectorStatistics],
+def with_fitted_head(selector_weights: Weights, statistics: Sequence[SelectorStatistics | None],
                      shrinkage: float) -> Weights:
-    """A copy of ``selector_weights`` whose linear head is :func:`fit_selector_head`'s (float32)."""
-    weight, bias = fit_selector_head(statistics, shrinkage)
+    """A copy of ``selector_weights`` whose linear head is :func:`fit_selector_head`'s (float32).
+
+    A site whose entry is ``None`` (no statistics, or statistics the server
+    rejected) is left out of the fit and its route is closed: a zero weight row
+    and the bias ``CLOSED_BIAS``, so no image is routed to its personalized
+    model and the other sites still get the fitted head (one site's bad
+    statistics must not undo the head for everyone).
+    """
+    present = [index for index, entry in enumerate(statistics) if entry is not None]
+    fitted_weight, fitted_bias = fit_selector_head([statistics[index] for index in present], shrinkage)
+    weight = np.zeros((len(statistics), fitted_weight.shape[1]))
+    bias = np.full(len(statistics), CLOSED_BIAS)
+    weight[present], bias[present] = fitted_weight, fitted_bias
     expected = tuple(np.shape(selector_weights.get(HEAD_WEIGHT, ())))
     if weight.shape != expected:
         raise ValueError(f"fitted selector head has shape {weight.shape}, the selector's '{HEAD_WEIGHT}' {expected}: "

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from fedsm_core.algorithms.fedsm.client import site_batch
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.selector_head import (
+    CLOSED_BIAS,
     HEAD_BIAS,
     HEAD_WEIGHT,
     SelectorStatistics,
@@ -158,28 +159,56 @@ def test_one_label_sites_average_to_a_poor_head_that_the_fitted_head_repairs(one
     assert _accuracy(selector, sites) == 1.0
 
 
-def test_fedsm_fits_the_head_only_from_every_site():
+def _two_clusters(dim: int) -> tuple[SelectorStatistics, SelectorStatistics]:
+    """Two embeddings per site, mean +1 (first) or -1 (second) in every dimension, unit within-site spread."""
+    gram = 2 * (np.ones((dim, dim)) + np.eye(dim))
+    return SelectorStatistics(2.0, 2 * np.ones(dim), gram), SelectorStatistics(2.0, -2 * np.ones(dim), gram)
+
+
+def test_fedsm_fits_the_head_from_two_or_more_sites_in_the_selectors_order():
     # Prepare
     selector = Selector(num_sites=2, width=2)
     fedsm = FedSM(["a", "b"], {"w": np.zeros(1)}, get_weights(selector), lam=0.5)
     dim = selector.feature_dim
     before = {key: value.copy() for key, value in fedsm.selector_weights.items()}
-    # two embeddings per site, mean +1 (a) or -1 (b) in every dimension, unit within-site spread
-    a = SelectorStatistics(2.0, 2 * np.ones(dim), 2 * (np.ones((dim, dim)) + np.eye(dim)))
-    b = SelectorStatistics(2.0, -2 * np.ones(dim), 2 * (np.ones((dim, dim)) + np.eye(dim)))
+    a, b = _two_clusters(dim)
 
-    # Execute / Assert: one site missing leaves the selector as it was
-    with pytest.raises(ValueError, match=r"no statistics from \['b'\]"):
+    # Execute / Assert: one site of two is too few to fit, and leaves the selector as it was
+    with pytest.raises(ValueError, match=r"statistics from \['a'\] only"):
         fedsm.fit_selector_head({"a": a}, 0.1)
     for key, value in before.items():
         np.testing.assert_array_equal(fedsm.selector_weights[key], value)
-    fedsm.fit_selector_head({"b": b, "a": a}, 0.1)
+    assert fedsm.fit_selector_head({"b": b, "a": a}, 0.1) == []
     weight = fedsm.selector_weights[HEAD_WEIGHT]
     assert weight.dtype == np.float32 and weight.shape == (2, dim)
     # site order is the selector's, not the mapping's: row 0 points towards a's mean (+1)
     assert weight[0].sum() > 0 > weight[1].sum()
     np.testing.assert_allclose(fedsm.selector_weights[HEAD_BIAS][0], fedsm.selector_weights[HEAD_BIAS][1])
     np.testing.assert_array_equal(fedsm.selector_weights["features.0.weight"], before["features.0.weight"])
+
+
+def test_a_site_without_accepted_statistics_gets_a_closed_route_and_the_others_their_fit():
+    # Prepare: three sites; c's statistics were rejected (or never came)
+    selector = Selector(num_sites=3, width=2)
+    fedsm = FedSM(["a", "c", "b"], {"w": np.zeros(1)}, get_weights(selector), lam=0.5)
+    dim = selector.feature_dim
+    a, b = _two_clusters(dim)
+    two_site = fit_selector_head([a, b], 0.1)
+
+    # Execute
+    closed = fedsm.fit_selector_head({"a": a, "b": b}, 0.1)
+
+    # Assert: a and b get the head a two-site fit gives; c's row routes nothing, whatever the embedding
+    assert closed == ["c"]
+    weight, bias = fedsm.selector_weights[HEAD_WEIGHT], fedsm.selector_weights[HEAD_BIAS]
+    np.testing.assert_allclose(weight[[0, 2]], two_site[0].astype(np.float32))
+    np.testing.assert_allclose(bias[[0, 2]], two_site[1].astype(np.float32))
+    assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
+    set_weights(selector, fedsm.selector_weights, "selector")
+    with torch.no_grad():
+        logits = torch.from_numpy(np.random.default_rng(0).normal(size=(16, dim)).astype(np.float32)) \
+            @ torch.from_numpy(weight).T + torch.from_numpy(bias)
+    assert torch.softmax(logits, dim=1)[:, 1].max() == 0.0 and torch.isfinite(torch.log_softmax(logits, 1)).all()
 
 
 def test_a_head_for_another_selector_is_refused():

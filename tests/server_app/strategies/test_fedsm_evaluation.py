@@ -21,12 +21,13 @@ from support.server_fakes import (
 from app_protocol import records
 from app_protocol.evaluate_messages import encode_models_reply
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
+from fedsm_core.algorithms.fedsm.selector_head import CLOSED_BIAS
 from server_app.round_plan import RoundPlan
 from server_app.strategies.fedsm import FedSMStrategy
 
 
-def _statistics_grid(failing: str = "", needs: dict[str, list[int]] | None = None) -> ScriptedGrid:
-    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` errs.
+def _statistics_grid(failing: tuple[str, ...] = (), needs: dict[str, list[int]] | None = None) -> ScriptedGrid:
+    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; the sites in ``failing`` err.
 
     Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
     The grid's ``asked`` and ``asked_models`` list the sites asked each question.
@@ -45,7 +46,7 @@ def _statistics_grid(failing: str = "", needs: dict[str, list[int]] | None = Non
                 error_reply(node, "no selector", MessageType.QUERY)
         assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
         asked.append(site)
-        if site == failing:
+        if site in failing:
             return error_reply(node, "disk full", MessageType.QUERY)
         # two embeddings per site: mean e_k, spread +-1 along the last axis
         mean = np.eye(3)[SITES.index(site)]
@@ -81,10 +82,23 @@ def test_before_evaluation_the_selector_head_is_fitted_from_every_sites_statisti
     assert {row["stage"] for row in strategy.traffic.rows} == {"selector-head", "needed-models"}
 
 
-def test_the_trained_head_is_kept_when_a_site_cannot_report_or_the_head_is_not_fitted():
-    # a site's error: the fit needs every site, so nothing changes
+def test_a_site_that_cannot_report_gets_a_closed_route_and_the_others_the_fitted_head():
+    # Prepare / Execute: site-b's reply is an error
     strategy = _head_strategy(shrinkage=0.5)
-    strategy.prepare_evaluation(_statistics_grid(failing="site-b"), 3, timeout=1.0, split="val")
+    strategy.prepare_evaluation(_statistics_grid(failing=("site-b",)), 3, timeout=1.0, split="val")
+
+    # Assert: site-a's and site-c's mean embeddings still go to their own sites, nothing goes to site-b
+    weight = strategy.fedsm.selector_weights["classifier.weight"]
+    bias = strategy.fedsm.selector_weights["classifier.bias"]
+    logits = np.eye(3) @ weight.T + bias
+    assert logits[0].argmax() == 0 and logits[2].argmax() == 2
+    assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
+
+
+def test_the_trained_head_is_kept_with_fewer_than_two_reports_or_when_the_head_is_not_fitted():
+    # two errors of three sites: one site's statistics cannot be fitted, so nothing changes
+    strategy = _head_strategy(shrinkage=0.5)
+    strategy.prepare_evaluation(_statistics_grid(failing=("site-b", "site-c")), 3, timeout=1.0, split="val")
     np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
     # selector-head = "trained": no query at all
     strategy = _head_strategy(shrinkage=None)
