@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=30 dataset=..."')
     parser.add_argument("--out", type=Path, required=True, help="where results.csv and table.md go")
-    parser.add_argument("--gamma-selection", default="per-model", choices=["per-model", "validation", ""],
+    parser.add_argument("--gamma-selection", default="per-model",
+                        choices=["per-model", "validation", "client-average", ""],
                         help="also score FedSM's saved super model with this rule ('' = no)")
     parser.add_argument("--only-finished", action="store_true",
                         help="tabulate the runs that finished and start none")
