@@ -262,10 +262,10 @@ MEANINGS: dict[str, str] = {
     ),
     "gamma-selection": (
         "how every validation round chooses gamma from 0, 0.05, ..., 1: `validation`, one for all (the best pooled "
-        "validation Dice of the super model, so large sites weigh most); `client-average`, one for all (the best mean of "
-        "the sites' validation Dice, every site weighing the same); `per-model`, one per personalized model (the largest validation gain "
-        "over the global model); `fixed`, `gamma` as given. The last round's choice is used for the test split and "
-        "saved in the bundle"
+        "validation Dice of the super model, so large sites weigh most); `client-average`, one for all (the best "
+        "mean of the sites' validation Dice, every site weighing the same); `per-model`, one per personalized model "
+        "(the largest validation gain over the global model); `fixed`, `gamma` as given. The last round's choice is "
+        "used for the test split and saved in the bundle"
     ),
     "route-by": (
         "how the super model routes: `image`, Algorithm 2 for every image alone (the paper); `case`, once per case "

@@ -1,4 +1,4 @@
-"""Re-scoring the ladder's FedSM checkpoints under each gamma rule: the rules' choices, and agreement with the ladder."""
+"""Re-scoring the ladder's FedSM checkpoints under each gamma rule: the rules' choices, agreement with the ladder."""
 
 from __future__ import annotations
 

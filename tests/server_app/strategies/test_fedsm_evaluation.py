@@ -27,7 +27,7 @@ from server_app.strategies.fedsm import FedSMStrategy
 
 
 def _statistics_grid(failing: tuple[str, ...] = (), needs: dict[str, list[int]] | None = None) -> ScriptedGrid:
-    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; the sites in ``failing`` err.
+    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` sites err.
 
     Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
     The grid's ``asked`` and ``asked_models`` list the sites asked each question.
