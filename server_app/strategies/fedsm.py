@@ -85,6 +85,7 @@ class FedSMStrategy(SiteStrategy):
         self.gamma_selection = gamma_selection
         self.last_counts: dict[str, float] = {}
         self.needed: dict[str, dict[str, list[int]]] = {}  # split -> site -> models its images need
+        self.closed_routes: dict[str, list[tuple[int, str]]] = {}  # site -> (round, why) its statistics failed
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -166,6 +167,7 @@ class FedSMStrategy(SiteStrategy):
                 statistics[site] = received
             except (KeyError, ValueError) as error:
                 log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
+                self.closed_routes.setdefault(site, []).append((server_round, str(error)))
         try:
             closed = self.fedsm.fit_selector_head(statistics, self.selector_shrinkage)
         except ValueError as error:
@@ -274,21 +276,22 @@ class FedSMStrategy(SiteStrategy):
             metrics["gamma"] = self.gamma[self.fedsm.site_names.index(site)]
 
     def finish_validation(self) -> list[str]:
-        """Notes for the summary: the last validation round's pooled Dice by gamma, and the gamma chosen."""
+        """Notes for the summary: the last validation round's Dice by gamma, the gamma chosen, closed routes."""
         sweeps = {
             site: (lists["dice-super-sweep"], self.last_counts.get(site, 0.0))
             for site, lists in self.latest_lists.get("val", {}).items()
             if "dice-super-sweep" in lists
         }
+        closed = [f"selector statistics of {site} rejected in round(s) {', '.join(str(r) for r, _ in events)} "
+                  f"(last: {events[-1][1]}): no image went to its personalized model in those evaluations"
+                  for site, events in self.closed_routes.items()]
         if not sweeps:
-            return []
-        pooled = pool_sweeps(sweeps, GAMMA_GRID)
-        curve = ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, pooled, strict=True))
-        notes = [f"pooled validation Dice of the super model by gamma: {curve}"]
+            return closed
+        notes = [f"pooled validation Dice of the super model by gamma: {_by_gamma(pool_sweeps(sweeps, GAMMA_GRID))}"]
         if self.gamma_selection == "client-average":
-            average = pool_sweeps({site: (curve, 1.0) for site, (curve, _) in sweeps.items()}, GAMMA_GRID)
-            notes.append("client-average validation Dice of the super model by gamma: "
-                         + ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, average, strict=True)))
+            average = pool_sweeps({site: (dice, 1.0) for site, (dice, _) in sweeps.items()}, GAMMA_GRID)
+            notes.append(f"client-average validation Dice of the super model by gamma: {_by_gamma(average)}")
+        notes += closed
         if self.gamma_selection != "fixed":
             notes.append(f"gamma chosen on validation: {describe_gamma(self.gamma, self.fedsm.site_names)}")
             log(INFO, "gamma chosen on validation data: %s", describe_gamma(self.gamma, self.fedsm.site_names))
@@ -309,3 +312,8 @@ class FedSMStrategy(SiteStrategy):
 def _with_foreground(metrics: dict[str, float]) -> float:
     """Images of a site's evaluation that enter its Dice means (those with foreground)."""
     return metrics.get("num-images", 0.0) - metrics.get("num-empty", 0.0)
+
+
+def _by_gamma(values: list[float]) -> str:
+    """``0.00: 0.9100, 0.05: ...``: a Dice curve over :data:`GAMMA_GRID`."""
+    return ", ".join(f"{g:.2f}: {v:.4f}" for g, v in zip(GAMMA_GRID, values, strict=True))

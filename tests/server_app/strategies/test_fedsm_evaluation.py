@@ -93,6 +93,9 @@ def test_a_site_that_cannot_report_gets_a_closed_route_and_the_others_the_fitted
     logits = np.eye(3) @ weight.T + bias
     assert logits[0].argmax() == 0 and logits[2].argmax() == 2
     assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
+    # and the run's summary says so
+    assert any(note.startswith("selector statistics of site-b rejected in round(s) 3 (last: client error: disk full)")
+               for note in strategy.finish_validation())
 
 
 def test_the_trained_head_is_kept_with_fewer_than_two_reports_or_when_the_head_is_not_fitted():
@@ -133,6 +136,29 @@ def test_validation_reports_the_super_model_at_the_gamma_it_chooses():
     assert per_site["site-a"]["dice-super"] == 0.8 and per_site["site-b"]["dice-super"] == 0.7
     assert per_site["site-a"]["share-global"] == 0.3 and per_site["site-a"]["gamma"] == 0.3
     assert "gamma chosen on validation: 0.30" in strategy.finish_validation()
+
+
+def test_client_average_lets_the_small_site_choose_and_reports_its_curve():
+    # Prepare: a (1 image) is best at gamma 0.30 by 0.2; b (3 images) is best elsewhere by 0.1:
+    # pooled by images gamma 0.30 gives (0.8 + 1.5) / 4 = 0.575 < (0.6 + 1.8) / 4 = 0.6 elsewhere (gamma 0 wins);
+    # client average gamma 0.30 gives (0.8 + 0.5) / 2 = 0.65 > (0.6 + 0.6) / 2 = 0.6
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    strategy = FedSMStrategy(fedsm, NODES, RoundPlan(5, 1), EvaluationLog(), gamma=0.5,
+                             gamma_selection="client-average")
+    peak = [i == 6 for i in range(21)]
+    sweep_a, sweep_b = [0.8 if p else 0.6 for p in peak], [0.5 if p else 0.6 for p in peak]
+    shares = [0.0] * 21
+
+    # Execute
+    strategy.collect_evaluation(5, "val", [_validation_reply("site-a", 0.6, sweep_a, shares, 1),
+                                           _validation_reply("site-b", 0.6, sweep_b, shares, 3)])
+
+    # Assert
+    assert strategy.gamma == 0.3
+    notes = strategy.finish_validation()
+    assert any(note.startswith("client-average validation Dice of the super model by gamma: 0.00: 0.6000")
+               for note in notes)
+    assert "gamma chosen on validation: 0.30" in notes
 
 
 def test_with_a_fixed_gamma_validation_is_reported_at_it():
