@@ -10,7 +10,9 @@ No training: each finished FedSM cell's last checkpoint is loaded, its
 selector head fitted as in the run, and every site's validation and test
 split scored at each gamma of the grid. Each rule chooses on validation only;
 the test Dice it gets is then read off the test sweep (``per-model`` is
-scored once more with its per-model gammas). Rules:
+scored once more with its per-model gammas). To compare the rules without
+reading test, each is also estimated by 2-fold cross-validation inside the
+validation split (:func:`rescore`). Rules:
 
 - ``validation``, ``client-average``, ``per-model``: the settings of
   ``gamma-selection`` (:func:`fedsm_core.algorithms.fedsm.gamma.select_gamma`);
@@ -37,24 +39,27 @@ from experiments.ladder.loops import _checkpoint, _fedsm_federation, load_sites
 from experiments.ladder.run_ladder import cell_config, cell_folder
 from experiments.runner import parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
-from fedsm_core.data.repartition import repartition
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.repartition import repartition, take
 from fedsm_core.device import select_device
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
-COLUMNS = ("dataset", "method", "seed", "rule", "gamma", "site", "test-dice")
+COLUMNS = ("dataset", "method", "seed", "split", "rule", "gamma", "site", "dice")
 RULES = ("validation", "client-average", "per-model", "per-site", "global", "selector")
+TEST, FOLDS = "test", "val-2fold"
+Metrics = dict[str, dict[str, object]]
 
 
-def sweep(federation: in_process.Federation, split: str, gamma) -> dict[str, dict[str, object]]:
-    """Every site's super-model metrics on ``split``, with the Dice at each gamma of the grid."""
-    model = in_process.super_model(federation, gamma)
+def sweep(federation: in_process.Federation, data: dict[str, SegArrays]) -> Metrics:
+    """The super-model metrics of every site in ``data`` on its images, with the Dice at each gamma of the grid."""
+    model = in_process.super_model(federation, 0.0)
     batch = federation.config.batch_size * 2
-    return {site.name: evaluate_super_model(model, index, getattr(site, split), batch, federation.device,
+    return {site.name: evaluate_super_model(model, index, data[site.name], batch, federation.device,
                                             list(GAMMA_GRID))
-            for index, site in enumerate(federation.sites)}
+            for index, site in enumerate(federation.sites) if site.name in data}
 
 
-def site_gammas(rule: str, validation: dict[str, dict[str, object]]) -> dict[str, float] | tuple[float, ...]:
+def site_gammas(rule: str, validation: Metrics) -> dict[str, float] | tuple[float, ...]:
     """Each site's gamma under ``rule`` (a site of origin), or one gamma per personalized model (``per-model``)."""
     names = list(validation)
     if rule == "per-site":
@@ -65,28 +70,60 @@ def site_gammas(rule: str, validation: dict[str, dict[str, object]]) -> dict[str
     return chosen if isinstance(chosen, tuple) else dict.fromkeys(names, chosen)
 
 
-def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, float]]:
-    """``(rule, gamma, site, test Dice)`` for every rule and site of the trained federation."""
-    in_process.fit_selector_head(federation)
-    validation, test = sweep(federation, "val", 0.0), sweep(federation, "test", 0.0)
-    names = list(validation)
-    rows = []
+def score_rules(federation: in_process.Federation, chosen_on: Metrics,
+                scored_on: dict[str, SegArrays]) -> dict[str, tuple[str, dict[str, float]]]:
+    """``rule -> (gamma chosen, site -> Dice)``: gamma from ``chosen_on``'s sweeps, Dice on ``scored_on``."""
+    names, scored = list(chosen_on), sweep(federation, scored_on)
+    results = {}
     for rule in RULES:
-        gammas = site_gammas(rule, validation)
+        gammas = site_gammas(rule, chosen_on)
         if isinstance(gammas, tuple):  # per-model: the route depends on the model, so score it again
-            scored = in_process.evaluate(federation, "test", gammas)
-            dice = {name: float(scored[name]["dice-super"]) for name in names}
-            label = describe_gamma(gammas, names)
-        else:
-            dice = {name: test[name]["dice-super-sweep"][GAMMA_GRID.index(gammas[name])] for name in names}
-            label = describe_gamma(gammas[names[0]], names) if len(set(gammas.values())) == 1 \
-                else describe_gamma(tuple(gammas.values()), names)
-        rows += [(rule, label, name, dice[name]) for name in names]
+            model = in_process.super_model(federation, gammas)
+            batch = federation.config.batch_size * 2
+            dice = {site.name: float(evaluate_super_model(model, index, scored_on[site.name], batch,
+                                                          federation.device)["dice-super"])
+                    for index, site in enumerate(federation.sites) if site.name in scored_on}
+            results[rule] = (describe_gamma(gammas, names), dice)
+            continue
+        dice = {name: scored[name]["dice-super-sweep"][GAMMA_GRID.index(gammas[name])] for name in names}
+        single = len(set(gammas.values())) == 1
+        results[rule] = (describe_gamma(gammas[names[0]] if single else tuple(gammas.values()), names), dice)
+    return results
+
+
+def halves(data: SegArrays) -> tuple[SegArrays, SegArrays]:
+    """The even- and the odd-numbered images of a split."""
+    return take(data, np.arange(0, len(data), 2)), take(data, np.arange(1, len(data), 2))
+
+
+def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str, float]]:
+    """``(split, rule, gamma, site, Dice)`` for every rule and site of the trained federation.
+
+    ``test``: gamma chosen on the whole validation split, scored on test.
+    ``val-2fold``: chosen on one half of every site's validation images,
+    scored on the other, both ways round and averaged: an estimate of each
+    rule that never reads the test split (sites with fewer than two
+    validation images are left out of it).
+    """
+    in_process.fit_selector_head(federation)
+    sites = {site.name: site for site in federation.sites}
+    validation = sweep(federation, {name: site.val for name, site in sites.items()})
+    rows = [(TEST, rule, gamma, name, value)
+            for rule, (gamma, dice) in score_rules(federation, validation,
+                                                   {n: s.test for n, s in sites.items()}).items()
+            for name, value in dice.items()]
+    split = {name: halves(site.val) for name, site in sites.items() if len(site.val) >= 2}
+    folds = []
+    for first, second in ((0, 1), (1, 0)):
+        chosen_on = sweep(federation, {name: parts[first] for name, parts in split.items()})
+        folds.append(score_rules(federation, chosen_on, {name: parts[second] for name, parts in split.items()}))
+    rows += [(FOLDS, rule, f"{gamma} / {folds[1][rule][0]}", name, (dice[name] + folds[1][rule][1][name]) / 2)
+             for rule, (gamma, dice) in folds[0].items() for name in dice]
     return rows
 
 
 def rescore_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict[str, object],
-                 folder: Path) -> list[tuple[str, str, str, float]] | None:
+                 folder: Path) -> list[tuple[str, str, str, str, float]] | None:
     """The rows of one ladder FedSM cell (``real`` rung), or None when its checkpoint has not reached ``rounds``."""
     state = _checkpoint(folder)
     if state is None or state["round"] < rounds:
@@ -108,27 +145,32 @@ def read_rows(csv_path: Path) -> list[dict[str, str]]:
 
 
 def table(rows: list[dict[str, str]]) -> str:
-    """Markdown: per (dataset, method), each rule's client-average test Dice, mean over seeds, and its gammas."""
+    """Markdown: per (dataset, method) and rule, the client-average Dice by seed and the mean, for both splits."""
     groups: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
     for row in rows:
-        cell = groups[(row["dataset"], row["method"])][row["rule"]]
-        cell.setdefault(int(row["seed"]), {"gamma": row["gamma"], "dice": []})["dice"].append(float(row["test-dice"]))
+        cell = groups[(row["dataset"], row["method"])][(row["split"], row["rule"])]
+        cell.setdefault(int(row["seed"]), {"gamma": row["gamma"], "dice": []})["dice"].append(float(row["dice"]))
     lines = ["# FedSM's super model by rule for choosing gamma", "",
              "Generated by `python -m experiments.ladder.gamma_rules` from `gamma_rules.csv` (ladder checkpoints, "
-             "no training). Client-average test Dice of the super model; each rule chooses on validation only.", ""]
-    for (dataset, method), rules in sorted(groups.items()):
-        seeds = sorted({seed for by_seed in rules.values() for seed in by_seed})
+             "no training). Client-average Dice of the super model. `2-fold validation`: gamma chosen on one half of "
+             "each site's validation images, scored on the other, both ways round (never reads test); `test`: "
+             "chosen on all validation images, scored on test.", ""]
+    for (dataset, method), cells in sorted(groups.items()):
+        seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
+        per_seed = " | ".join(f"seed {s}" for s in seeds)
         lines += [f"## {dataset}, {method}", "",
-                  "| rule | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | gamma chosen (per seed) |",
-                  "|---|" + "---|" * (len(seeds) + 2)]
+                  f"| rule | 2-fold validation: {per_seed} | mean | test: {per_seed} | mean | gamma chosen for test |",
+                  "|---|" + "---|" * (2 * len(seeds) + 3)]
         for rule in RULES:
-            if rule not in rules:
-                continue
-            averages = [float(np.mean(rules[rule][s]["dice"])) if s in rules[rule] else None for s in seeds]
-            shown = [f"{a:.4f}" if a is not None else "" for a in averages]
-            mean = np.mean([a for a in averages if a is not None])
-            gammas = "; ".join(rules[rule][s]["gamma"] for s in seeds if s in rules[rule])
-            lines.append(f"| {rule} | " + " | ".join(shown) + f" | {mean:.4f} | {gammas} |")
+            shown = []
+            for split in (FOLDS, TEST):
+                averages = [float(np.mean(cells[(split, rule)][s]["dice"])) if s in cells.get((split, rule), {})
+                            else None for s in seeds]
+                known = [a for a in averages if a is not None]
+                shown += [f"{a:.4f}" if a is not None else "" for a in averages]
+                shown.append(f"{np.mean(known):.4f}" if known else "")
+            gammas = "; ".join(cells[(TEST, rule)][s]["gamma"] for s in seeds if s in cells.get((TEST, rule), {}))
+            lines.append(f"| {rule} | " + " | ".join(shown) + f" | {gammas} |")
         lines.append("")
     return "\n".join(lines)
 

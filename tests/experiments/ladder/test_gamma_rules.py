@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from experiments.ladder import gamma_rules
 from experiments.ladder import run_ladder as ladder
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
+from fedsm_core.data.arrays import SegArrays
 
 TINY_TEXT = "image-size=32 data-scale=0.1 max-local-steps=2 selector-width=4 batch-size=4 eval-every=1"
 
@@ -29,6 +31,13 @@ def test_each_rule_gives_each_site_the_gamma_it_is_named_for():
     assert gamma_rules.site_gammas("client-average", validation) == {"large": 1.0, "small": 1.0}
 
 
+def test_the_halves_of_a_split_take_every_image_once():
+    data = SegArrays(np.zeros((5, 3, 4, 4), np.float32), np.zeros((5, 1, 4, 4), np.float32),
+                     tuple(f"img{i}" for i in range(5)))
+    first, second = gamma_rules.halves(data)
+    assert first.ids == ("img0", "img2", "img4") and second.ids == ("img1", "img3")
+
+
 def _rows(path) -> list[dict[str, str]]:
     with path.open() as handle:
         return list(csv.DictReader(handle))
@@ -46,9 +55,13 @@ def test_rescored_rules_agree_with_the_ladders_own_scores_of_the_same_checkpoint
     # Assert: gamma 1 is the global model and the ladder's own rule (validation) is its super model, site by site
     ladder_rows = [r for r in _rows(tmp_path / "results.csv") if r["method"] == "fedsm"]
     rescored = _rows(tmp_path / "gamma_rules.csv")
-    assert {r["rule"] for r in rescored} == set(gamma_rules.RULES) and len(rescored) == 6 * len(gamma_rules.RULES)
+    tests = [r for r in rescored if r["split"] == gamma_rules.TEST]
+    assert {r["rule"] for r in tests} == set(gamma_rules.RULES) and len(tests) == 6 * len(gamma_rules.RULES)
     for rule, kind in (("global", "test"), ("validation", "test-super")):
         expected = {r["site"]: float(r["value"]) for r in ladder_rows if r["kind"] == kind and r["site"] != "pooled"}
-        got = {r["site"]: float(r["test-dice"]) for r in rescored if r["rule"] == rule}
+        got = {r["site"]: float(r["dice"]) for r in tests if r["rule"] == rule}
         assert got == pytest.approx(expected, abs=2e-6), rule
+    # the 2-fold estimate covers every rule for the sites with two or more validation images
+    folds = [r for r in rescored if r["split"] == gamma_rules.FOLDS]
+    assert {r["rule"] for r in folds} == set(gamma_rules.RULES) and len(folds) % len(gamma_rules.RULES) == 0
     assert "## synthetic-fundus, fedsm" in (tmp_path / "gamma_rules.md").read_text()
