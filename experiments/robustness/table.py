@@ -31,56 +31,67 @@ COLUMNS = ("dataset", "method", "attack", "aggregation", "seed", "kind", "site",
 Key = tuple[str, str, str, str]  # dataset, method, attack, aggregation
 
 
-def honest_scores(csv_path: Path, attacked_site: str) -> tuple[dict[Key, list[float]], dict[Key, list[float]]]:
-    """Per cell (over its seeds): the honest sites' client-average test Dice, and the seconds per round."""
-    per_seed: dict[tuple[Key, str], list[float]] = defaultdict(list)
+def honest_scores(csv_path: Path, attacked_site: str) -> tuple[dict[Key, dict[int, float]], dict[Key, list[float]]]:
+    """Per cell: the honest sites' client-average test Dice by seed, and the seconds per round."""
+    per_seed: dict[tuple[Key, int], list[float]] = defaultdict(list)
     seconds: dict[Key, list[float]] = defaultdict(list)
     with csv_path.open() as handle:
         for row in csv.DictReader(handle):
             key = (row["dataset"], row["method"], row["attack"], row["aggregation"])
             if row["kind"] == "test" and row["site"] != attacked_site:
-                per_seed[(key, row["seed"])].append(float(row["value"]))
+                per_seed[(key, int(row["seed"]))].append(float(row["value"]))
             elif row["kind"] == "seconds-per-round":
                 seconds[key].append(float(row["value"]))
-    dice: dict[Key, list[float]] = defaultdict(list)
-    for (key, _), values in sorted(per_seed.items()):
-        dice[key].append(statistics.mean(values))
+    dice: dict[Key, dict[int, float]] = defaultdict(dict)
+    for (key, seed), values in sorted(per_seed.items()):
+        dice[key][seed] = statistics.mean(values)
     return dict(dice), dict(seconds)
 
 
-def table_lines(dice: dict[Key, list[float]], seconds: dict[Key, list[float]]) -> list[str]:
+def change_points(values: dict[int, float], base: dict[int, float] | None) -> float | None:
+    """Mean over the seeds both cells have of ``value - base``, in Dice points; None without a shared seed.
+
+    Pairing by seed keeps a cell with fewer seeds from being measured against a
+    baseline averaged over other seeds (seed-to-seed spread is larger than some effects).
+    """
+    shared = sorted(set(values) & set(base or {}))
+    if not shared:
+        return None
+    return 100 * statistics.mean(values[seed] - base[seed] for seed in shared)
+
+
+def table_lines(dice: dict[Key, dict[int, float]], seconds: dict[Key, list[float]]) -> list[str]:
     """The markdown sections, one per dataset and method."""
     lines = []
     for dataset, method in sorted({key[:2] for key in dice}):
         keys = [key for key in dice if key[:2] == (dataset, method)]
         attacks = sorted({key[2] for key in keys}, key=lambda a: (a != "none", a))
         aggregations = sorted({key[3] for key in keys}, key=lambda g: (g != "mean", g))
-        base = statistics.mean(dice[(dataset, method, "none", "mean")]) if (dataset, method, "none", "mean") in dice \
-            else None
+        base = dice.get((dataset, method, "none", "mean"))
         lines += [f"## {dataset}, {method}", "", "| attack | " + " | ".join(aggregations) + " |",
                   "|---|" + "---|" * len(aggregations)]
         for attack in attacks:
             cells = [_cell(dice.get((dataset, method, attack, g)), base) for g in aggregations]
             lines.append(f"| {attack} | " + " | ".join(cells) + " |")
-        lines += ["", "Without attack, against the mean:", "", "| aggregation | Dice change (points) | seconds per "
-                  "round | seconds against the mean |", "|---|---|---|---|"]
+        lines += ["", "Without attack, against the mean (on the seeds both have):", "", "| aggregation | Dice change "
+                  "(points) | seconds per round | seconds against the mean |", "|---|---|---|---|"]
         mean_seconds = seconds.get((dataset, method, "none", "mean"))
         for g in aggregations:
             key = (dataset, method, "none", g)
-            if key in dice and base is not None and key in seconds and mean_seconds:
+            change = change_points(dice[key], base) if key in dice else None
+            if change is not None and key in seconds and mean_seconds:
                 ratio = statistics.mean(seconds[key]) / statistics.mean(mean_seconds)
-                lines.append(f"| {g} | {100 * (statistics.mean(dice[key]) - base):+.2f} | "
-                             f"{statistics.mean(seconds[key]):.1f} | {ratio:.2f}x |")
+                lines.append(f"| {g} | {change:+.2f} | {statistics.mean(seconds[key]):.1f} | {ratio:.2f}x |")
         lines.append("")
     return lines
 
 
-def _cell(values: list[float] | None, base: float | None) -> str:
+def _cell(values: dict[int, float] | None, base: dict[int, float] | None) -> str:
     if not values:
         return "-"
-    value = statistics.mean(values)
-    change = f" ({100 * (value - base):+.1f})" if base is not None else ""
-    return f"{value:.4f}{change}" + (f", {len(values)} seeds" if len(values) > 1 else "")
+    change = change_points(values, base)
+    shown = f"{statistics.mean(values.values()):.4f}" + (f" ({change:+.1f})" if change is not None else "")
+    return shown + (f", seeds {', '.join(map(str, sorted(values)))}" if set(values) != {0} else "")
 
 
 def write_table(csv_path: Path, out: Path, attacked_site: str = "site-6") -> Path:
@@ -88,14 +99,15 @@ def write_table(csv_path: Path, out: Path, attacked_site: str = "site-6") -> Pat
     dice, seconds = honest_scores(csv_path, attacked_site)
     header = ["# Robustness: one malicious site of six", "",
               f"Client-average test Dice of the honest sites (all but {attacked_site}), mean over each cell's "
-              "seeds; in brackets the change from the run without attack under the mean, in Dice points. "
+              "seeds (seed 0 unless named); in brackets the change from the run "
+              "without attack under the mean on the same seeds, in Dice points. "
               "Made by `python -m experiments.robustness.table` from `results.csv`.", ""]
     out.write_text("\n".join(header + table_lines(dice, seconds)))
     _plot(dice, out.parent / "plot.png")
     return out
 
 
-def _plot(dice: dict[Key, list[float]], path: Path) -> None:
+def _plot(dice: dict[Key, dict[int, float]], path: Path) -> None:
     groups = sorted({key[:2] for key in dice})
     figure, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
     for axis, (dataset, method) in zip(axes[0], groups, strict=True):
@@ -104,7 +116,8 @@ def _plot(dice: dict[Key, list[float]], path: Path) -> None:
         aggregations = sorted({key[3] for key in keys}, key=lambda g: (g != "mean", g))
         width = 0.8 / len(aggregations)
         for index, g in enumerate(aggregations):
-            heights = [statistics.mean(dice.get((dataset, method, a, g), [float("nan")])) for a in attacks]
+            heights = [statistics.mean(dice.get((dataset, method, a, g), {0: float("nan")}).values())
+                       for a in attacks]
             axis.bar([i + index * width for i in range(len(attacks))], heights, width, label=g)
         axis.set_xticks([i + 0.4 - width / 2 for i in range(len(attacks))], attacks, rotation=30, ha="right")
         axis.set_title(f"{dataset}, {method}")

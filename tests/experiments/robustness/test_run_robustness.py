@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from experiments.robustness import run_robustness
-from experiments.robustness.table import COLUMNS, honest_scores, write_table
+from experiments.robustness.table import COLUMNS, change_points, honest_scores, write_table
 
 pytestmark = pytest.mark.long_module(seconds=16)
 
@@ -64,5 +64,12 @@ def test_the_table_averages_the_honest_sites_only_and_reports_points_against_the
     table = write_table(path, tmp_path / "table.md").read_text()
 
     # Assert: (0.8 + 0.9) / 2 = 0.85 clean, 0.45 attacked: -40 points
-    assert dice[("d", "fedavg", "none", "mean")] == [pytest.approx(0.85)]
+    assert dice[("d", "fedavg", "none", "mean")] == {0: pytest.approx(0.85)}
     assert "| sign-flip | 0.4500 (-40.0) |" in table
+
+
+def test_a_change_is_measured_on_the_seeds_the_cell_shares_with_the_clean_run():
+    # the clean run has seeds 0 (0.90) and 1 (0.80); the attacked cell only seed 0 (0.88): -2 points, not +3
+    assert change_points({0: 0.88}, {0: 0.90, 1: 0.80}) == pytest.approx(-2.0)
+    assert change_points({0: 0.88, 1: 0.70}, {0: 0.90, 1: 0.80}) == pytest.approx(-6.0)
+    assert change_points({2: 0.88}, {0: 0.90}) is None
