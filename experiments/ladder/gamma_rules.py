@@ -70,6 +70,14 @@ def site_gammas(rule: str, validation: Metrics) -> dict[str, float] | tuple[floa
     return chosen if isinstance(chosen, tuple) else dict.fromkeys(names, chosen)
 
 
+def describe_rule(gammas: dict[str, float] | tuple[float, ...], names: list[str]) -> str:
+    """A rule's gammas as one text: one value, one per personalized model, or one per site of origin."""
+    if isinstance(gammas, tuple):
+        return describe_gamma(gammas, names)
+    values = [gammas[name] for name in names]
+    return describe_gamma(values[0] if len(set(values)) == 1 else tuple(values), names)
+
+
 def score_rules(federation: in_process.Federation, chosen_on: Metrics,
                 scored_on: dict[str, SegArrays]) -> dict[str, tuple[str, dict[str, float]]]:
     """``rule -> (gamma chosen, site -> Dice)``: gamma from ``chosen_on``'s sweeps, Dice on ``scored_on``."""
@@ -83,11 +91,10 @@ def score_rules(federation: in_process.Federation, chosen_on: Metrics,
             dice = {site.name: float(evaluate_super_model(model, index, scored_on[site.name], batch,
                                                           federation.device)["dice-super"])
                     for index, site in enumerate(federation.sites) if site.name in scored_on}
-            results[rule] = (describe_gamma(gammas, names), dice)
+            results[rule] = (describe_rule(gammas, names), dice)
             continue
         dice = {name: scored[name]["dice-super-sweep"][GAMMA_GRID.index(gammas[name])] for name in names}
-        single = len(set(gammas.values())) == 1
-        results[rule] = (describe_gamma(gammas[names[0]] if single else tuple(gammas.values()), names), dice)
+        results[rule] = (describe_rule(gammas, names), dice)
     return results
 
 
@@ -105,7 +112,6 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
     rule that never reads the test split (sites with fewer than two
     validation images are left out of it).
     """
-    in_process.fit_selector_head(federation)
     sites = {site.name: site for site in federation.sites}
     validation = sweep(federation, {name: site.val for name, site in sites.items()})
     rows = [(TEST, rule, gamma, name, value)
@@ -122,9 +128,9 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
     return rows
 
 
-def rescore_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict[str, object],
-                 folder: Path) -> list[tuple[str, str, str, str, float]] | None:
-    """The rows of one ladder FedSM cell (``real`` rung), or None when its checkpoint has not reached ``rounds``."""
+def load_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict[str, object],
+              folder: Path) -> in_process.Federation | None:
+    """One ladder FedSM cell (``real`` rung) as trained, selector head fitted; None before it reaches ``rounds``."""
     state = _checkpoint(folder)
     if state is None or state["round"] < rounds:
         return None
@@ -133,7 +139,8 @@ def rescore_cell(dataset: str, method: str, seed: int, rounds: int, overrides: d
     federation = _fedsm_federation(config, repartition(sites, "real", config.data_seed),
                                    select_device(config.device))
     federation.fedsm, _ = state["federation"]
-    return rescore(federation)
+    in_process.fit_selector_head(federation)
+    return federation
 
 
 def read_rows(csv_path: Path) -> list[dict[str, str]]:
@@ -175,9 +182,9 @@ def table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Re-score the FedSM cells named like the ladder's that are finished and not yet in the CSV."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of a re-scoring script: the ladder's --out and the cells, named as the ladder names them."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True, help="the ladder's --out (its runs/ hold the checkpoints)")
     parser.add_argument("--datasets", nargs="+", required=True)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -185,33 +192,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="")
     parser.add_argument("--variant", default="")
     parser.add_argument("--variant-config", default="")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def rescore_cells(args: argparse.Namespace, name: str, columns: tuple[str, ...], score, make_table) -> int:
+    """Score every finished FedSM cell not yet in ``<out>/<name>.csv`` with ``score(federation) -> rows``.
+
+    Rows are appended per cell (an interrupted call resumes at the next cell)
+    and ``make_table(rows) -> markdown`` rewrites ``<out>/<name>.md``.
+    """
     overrides = {**parse_overrides(args.run_config), **parse_overrides(args.variant_config)}
     method = f"fedsm:{args.variant}" if args.variant else "fedsm"
-    csv_path = args.out / "gamma_rules.csv"
+    csv_path = args.out / f"{name}.csv"
     done = {(r["dataset"], r["method"], int(r["seed"])) for r in read_rows(csv_path)}
     for dataset in args.datasets:
         for seed in args.seeds:
-            folder = cell_folder(args.out, (dataset, method, "real", seed))
             if (dataset, method, seed) in done:
                 continue
-            rows = rescore_cell(dataset, method, seed, args.rounds, overrides, folder)
-            if rows is None:
-                print(f"[gamma-rules] {folder}: no checkpoint at round {args.rounds} yet; skipped", flush=True)
+            folder = cell_folder(args.out, (dataset, method, "real", seed))
+            federation = load_cell(dataset, method, seed, args.rounds, overrides, folder)
+            if federation is None:
+                print(f"[{name}] {folder}: no checkpoint at round {args.rounds} yet; skipped", flush=True)
                 continue
-            _append(csv_path, [(dataset, method, seed, *row) for row in rows])
-            print(f"[gamma-rules] {dataset} {method} seed {seed}: re-scored", flush=True)
-    (args.out / "gamma_rules.md").write_text(table(read_rows(csv_path)))
+            append_rows(csv_path, columns, [(dataset, method, seed, *row) for row in score(federation)])
+            print(f"[{name}] {dataset} {method} seed {seed}: re-scored", flush=True)
+    (args.out / f"{name}.md").write_text(make_table(read_rows(csv_path)))
     return 0
 
 
-def _append(csv_path: Path, rows: list[tuple]) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Re-score the FedSM cells named like the ladder's that are finished and not yet in the CSV."""
+    return rescore_cells(arguments(__doc__.split("\n\n")[0], argv), "gamma_rules", COLUMNS, rescore, table)
+
+
+def append_rows(csv_path: Path, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Append ``rows`` (floats written with 6 decimals), the header first in a new file."""
     fresh = not csv_path.exists()
     with csv_path.open("a", newline="") as handle:
         writer = csv.writer(handle)
         if fresh:
-            writer.writerow(COLUMNS)
-        writer.writerows((*row[:-1], f"{row[-1]:.6f}") for row in rows)
+            writer.writerow(columns)
+        writer.writerows(tuple(f"{v:.6f}" if isinstance(v, float) else v for v in row) for row in rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Re-scoring the ladder's FedSM checkpoints under each gamma rule: the rules' choices, agreement with the ladder."""
+"""Re-scoring the ladder's FedSM checkpoints: each gamma rule's choices, kNN-Per on the routed model, agreement."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import csv
 import numpy as np
 import pytest
 
-from experiments.ladder import gamma_rules
+from experiments.ladder import gamma_rules, routed_knn
 from experiments.ladder import run_ladder as ladder
 from experiments.runner import parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
+from fedsm_core.algorithms.knn_per.settings import LAMBDA_GRID
 from fedsm_core.data.arrays import SegArrays
 
 TINY_TEXT = "image-size=32 data-scale=0.1 max-local-steps=2 selector-width=4 batch-size=4 eval-every=1"
@@ -44,19 +45,27 @@ def _rows(path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.long_module(seconds=30)
-def test_rescored_rules_agree_with_the_ladders_own_scores_of_the_same_checkpoint(tmp_path):
-    # Prepare: a one-round FedSM cell on the real sites (the ladder's own rows, without its centralized cell)
+@pytest.fixture(scope="module")
+def trained_cell(tmp_path_factory):
+    """A one-round FedSM cell on the real sites (the ladder's own rows, without its centralized cell)."""
+    out = tmp_path_factory.mktemp("ladder")
     cell = ("synthetic-fundus", "fedsm", "real", 0)
-    ladder.run_one(cell, parse_overrides(TINY_TEXT), 1, ladder.cell_folder(tmp_path, cell), tmp_path / "results.csv")
-    common = ["--out", str(tmp_path), "--datasets", "synthetic-fundus", "--rounds", "1", "--run-config", TINY_TEXT]
+    ladder.run_one(cell, parse_overrides(TINY_TEXT), 1, ladder.cell_folder(out, cell), out / "results.csv")
+    return out
 
+
+def _common(out) -> list[str]:
+    return ["--out", str(out), "--datasets", "synthetic-fundus", "--rounds", "1", "--run-config", TINY_TEXT]
+
+
+@pytest.mark.long_module(seconds=40)
+def test_rescored_rules_agree_with_the_ladders_own_scores_of_the_same_checkpoint(trained_cell):
     # Execute
-    assert gamma_rules.main(common) == 0
+    assert gamma_rules.main(_common(trained_cell)) == 0
 
     # Assert: gamma 1 is the global model and the ladder's own rule (validation) is its super model, site by site
-    ladder_rows = [r for r in _rows(tmp_path / "results.csv") if r["method"] == "fedsm"]
-    rescored = _rows(tmp_path / "gamma_rules.csv")
+    ladder_rows = [r for r in _rows(trained_cell / "results.csv") if r["method"] == "fedsm"]
+    rescored = _rows(trained_cell / "gamma_rules.csv")
     tests = [r for r in rescored if r["split"] == gamma_rules.TEST]
     assert {r["rule"] for r in tests} == set(gamma_rules.RULES) and len(tests) == 6 * len(gamma_rules.RULES)
     for rule, kind in (("global", "test"), ("validation", "test-super")):
@@ -66,4 +75,22 @@ def test_rescored_rules_agree_with_the_ladders_own_scores_of_the_same_checkpoint
     # the 2-fold estimate covers every rule for the sites with two or more validation images
     folds = [r for r in rescored if r["split"] == gamma_rules.FOLDS]
     assert {r["rule"] for r in folds} == set(gamma_rules.RULES) and len(folds) % len(gamma_rules.RULES) == 0
-    assert "## synthetic-fundus, fedsm" in (tmp_path / "gamma_rules.md").read_text()
+    assert "## synthetic-fundus, fedsm" in (trained_cell / "gamma_rules.md").read_text()
+
+
+def test_routed_knn_without_its_mix_is_the_super_model_each_rule_scores(trained_cell):
+    # Execute
+    assert routed_knn.main(_common(trained_cell)) == 0
+    assert gamma_rules.main(_common(trained_cell)) == 0  # a no-op when the test above ran first
+
+    # Assert: at lam = 0 each rule's routed kNN-Per scores what gamma_rules scores for that rule, site by site
+    rows = _rows(trained_cell / "routed_knn.csv")
+    assert len(rows) == 6 * len(routed_knn.RULES)
+    rescored = [r for r in _rows(trained_cell / "gamma_rules.csv") if r["split"] == gamma_rules.TEST]
+    for rule in routed_knn.RULES:
+        expected = {r["site"]: float(r["dice"]) for r in rescored if r["rule"] == rule}
+        got = {r["site"]: float(r["dice-super"]) for r in rows if r["rule"] == rule}
+        assert got == pytest.approx(expected, abs=2e-6), rule
+        assert {r["gamma"] for r in rows if r["rule"] == rule} == {r["gamma"] for r in rescored if r["rule"] == rule}
+    assert all(float(r["knn-lambda"]) in LAMBDA_GRID for r in rows)
+    assert "## synthetic-fundus, fedsm" in (trained_cell / "routed_knn.md").read_text()
