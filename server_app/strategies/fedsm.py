@@ -85,7 +85,7 @@ class FedSMStrategy(SiteStrategy):
         self.gamma_selection = gamma_selection
         self.last_counts: dict[str, float] = {}
         self.needed: dict[str, dict[str, list[int]]] = {}  # split -> site -> models its images need
-        self.closed_routes: dict[str, list[tuple[int, str]]] = {}  # site -> (round, why) its statistics failed
+        self.closed_routes: dict[str, list[tuple[int, str]]] = {}  # site -> (round, why) no statistics were accepted
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -174,6 +174,10 @@ class FedSMStrategy(SiteStrategy):
             log(WARNING, "round %d: selector head kept as trained: %s", server_round, error)
             return
         log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
+        for site in closed:  # a site that sent nothing is recorded as one whose reply was rejected
+            events = self.closed_routes.setdefault(site, [])
+            if not events or events[-1][0] != server_round:
+                events.append((server_round, "no reply"))
         if closed:
             log(WARNING, "round %d: no images are routed to the personalized models of %s (no accepted selector "
                 "statistics this round)", server_round, ", ".join(closed))
@@ -282,7 +286,8 @@ class FedSMStrategy(SiteStrategy):
             for site, lists in self.latest_lists.get("val", {}).items()
             if "dice-super-sweep" in lists
         }
-        closed = [f"selector statistics of {site} rejected in round(s) {', '.join(str(r) for r, _ in events)} "
+        closed = [f"selector statistics of {site} missing or rejected in round(s) "
+                  f"{', '.join(str(r) for r, _ in events)} "
                   f"(last: {events[-1][1]}): no image went to its personalized model in those evaluations"
                   for site, events in self.closed_routes.items()]
         if not sweeps:

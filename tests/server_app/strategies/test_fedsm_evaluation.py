@@ -26,8 +26,10 @@ from server_app.round_plan import RoundPlan
 from server_app.strategies.fedsm import FedSMStrategy
 
 
-def _statistics_grid(failing: tuple[str, ...] = (), needs: dict[str, list[int]] | None = None) -> ScriptedGrid:
-    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` sites err.
+def _statistics_grid(failing: tuple[str, ...] = (), needs: dict[str, list[int]] | None = None,
+                     silent: tuple[str, ...] = ()) -> ScriptedGrid:
+    """Answers selector-statistics queries: site k's embeddings are e_k + noise-free spread; ``failing`` sites err,
+    ``silent`` sites do not reply.
 
     Needed-models queries are answered from ``needs`` (site -> model indices); a site not in it errs.
     The grid's ``asked`` and ``asked_models`` list the sites asked each question.
@@ -46,6 +48,8 @@ def _statistics_grid(failing: tuple[str, ...] = (), needs: dict[str, list[int]] 
                 error_reply(node, "no selector", MessageType.QUERY)
         assert message.content[records.CONFIG][records.ASK] == records.SELECTOR_STATISTICS
         asked.append(site)
+        if site in silent:
+            return None
         if site in failing:
             return error_reply(node, "disk full", MessageType.QUERY)
         # two embeddings per site: mean e_k, spread +-1 along the last axis
@@ -94,7 +98,21 @@ def test_a_site_that_cannot_report_gets_a_closed_route_and_the_others_the_fitted
     assert logits[0].argmax() == 0 and logits[2].argmax() == 2
     assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
     # and the run's summary says so
-    assert any(note.startswith("selector statistics of site-b rejected in round(s) 3 (last: client error: disk full)")
+    assert any(note.startswith("selector statistics of site-b missing or rejected in round(s) 3 "
+                               "(last: client error: disk full)") for note in strategy.finish_validation())
+
+
+def test_a_site_that_does_not_reply_is_named_in_the_summary_with_its_closed_route():
+    # Prepare / Execute: site-c sends nothing in round 3 or in round 4
+    strategy = _head_strategy(shrinkage=0.5)
+    for server_round in (3, 4):
+        strategy.prepare_evaluation(_statistics_grid(silent=("site-c",)), server_round, timeout=1.0, split="val")
+
+    # Assert: its route is closed, and the summary names both rounds once each
+    weight = strategy.fedsm.selector_weights["classifier.weight"]
+    assert not weight[2].any()
+    assert strategy.closed_routes == {"site-c": [(3, "no reply"), (4, "no reply")]}
+    assert any(note.startswith("selector statistics of site-c missing or rejected in round(s) 3, 4 (last: no reply)")
                for note in strategy.finish_validation())
 
 
