@@ -105,6 +105,26 @@ def run_test(grid: Grid, strategy: SiteStrategy, config: RunConfig, folder: Path
     return validation_notes
 
 
+def left_out_notes(left_out: list[tuple[int, str, str]]) -> list[str]:
+    """One summary line per site and model the filtered mean left out, with the rounds."""
+    rounds: dict[tuple[str, str], list[int]] = {}
+    for server_round, site, model in left_out:
+        rounds.setdefault((site, model), []).append(server_round)
+    return [f"filtered mean: {site}'s {model} left out in {len(found)} round(s): {describe_rounds(found)}"
+            for (site, model), found in rounds.items()]
+
+
+def describe_rounds(rounds: list[int]) -> str:
+    """Sorted rounds with runs collapsed: ``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    spans: list[list[int]] = []
+    for server_round in sorted(set(rounds)):
+        if spans and server_round == spans[-1][1] + 1:
+            spans[-1][1] = server_round
+        else:
+            spans.append([server_round, server_round])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def write_outcome(folder: Path, config: RunConfig, strategy: SiteStrategy, reporter: ProgressReporter,
                   notes: list[str]) -> None:
     """``summary.md`` (with every missed round and missing test result) and ``report.html``."""
@@ -117,6 +137,7 @@ def write_outcome(folder: Path, config: RunConfig, strategy: SiteStrategy, repor
     for server_round, site, claimed, reported in strategy.capped:
         notes.append(f"round {server_round}: {site} claimed {claimed} training images, counted as the {reported} "
                      "it reported at discovery")
+    notes += left_out_notes(strategy.left_out)
     for site, why in strategy.evaluation_gaps.get("test", {}).items():
         log(WARNING, "%s has no test result (%s)", site, why)
         notes.append(f"no test result for {site}: {why}")

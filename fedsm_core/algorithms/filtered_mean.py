@@ -60,6 +60,11 @@ def kept_replies(distances: np.ndarray, factor: float) -> np.ndarray:
     return distances <= factor * float(np.median(distances))
 
 
+def left_out_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float) -> list[int]:
+    """Indices of the replies :func:`filtered_mean` leaves out, in reply order (for the run's log and summary)."""
+    return [int(i) for i in np.flatnonzero(~kept_replies(distances_to_median(weights), factor))]
+
+
 def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
                   factor: float) -> Weights:
     """FedAvg's weighted mean over the replies :func:`kept_replies` keeps.

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
+from fedsm_core.algorithms.filtered_mean import left_out_replies
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.update_clipping import clip_updates
 from fedsm_core.checks import check_settings, setting
@@ -77,6 +78,7 @@ class ServerOptimizer:
         self.settings = settings
         self.aggregation = aggregation or AggregationSettings()
         self.moments: dict[str, Weights] = {}
+        self.left_out: list[int] = []  # replies the last aggregate left out (filtered-mean), in reply order
 
     def aggregate(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
                   sizes: Sequence[float], steps: Sequence[float], server_round: int) -> Weights:
@@ -92,9 +94,12 @@ class ServerOptimizer:
             sizes = [1.0] * len(weights)
         if self.aggregation.clip_update_norm:
             weights = clip_updates(current, weights, self.aggregation.clip_update_norm)
+        self.left_out = []
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         else:
+            if self.aggregation.name == "filtered-mean":
+                self.left_out = left_out_replies(weights, self.aggregation.filter_factor)
             averaged = robust_average(weights, sizes, self.aggregation)
         return self.step(current, averaged, server_round)
 

@@ -58,6 +58,7 @@ class SiteStrategy:
     def __init__(self, nodes: Sequence[SiteNode], plan: RoundPlan, on_evaluate: EvaluationSink) -> None:
         self.nodes = list(nodes)
         self.capped: list[tuple[int, str, int, int]] = []  # (round, site, claimed, reported) of capped counts
+        self.left_out: list[tuple[int, str, str]] = []  # (round, site, model) the filtered mean left out
         self.node_of_site = {node.site_name: node.node_id for node in nodes}
         # Only a node that serves one site names it by itself; a simulated node may serve several.
         served = [node.node_id for node in nodes]
@@ -157,12 +158,13 @@ class SiteStrategy:
     def state_dict(self) -> dict[str, object]:
         """Everything needed to continue after the current round (see :mod:`fedsm_core.run_files.checkpoint`)."""
         return {"missed": [list(m) for m in self.missed], "latest-lists": self.latest_lists,
-                "state-key": self.state_key}
+                "state-key": self.state_key, "left-out": [list(entry) for entry in self.left_out]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.missed = [(int(r), str(site), str(why)) for r, site, why in state["missed"]]
         self.latest_lists = state["latest-lists"]
+        self.left_out = [(int(r), str(site), str(model)) for r, site, model in state.get("left-out", [])]
         # the sites keep their state under the original run's key (checkpoints before it had none)
         self.state_key = str(state.get("state-key", self.state_key))
 
@@ -259,6 +261,13 @@ class SiteStrategy:
         self.reject(server_round, site, f"malformed reply: steps = {self.local_steps(reply)!r}, expected >= 1 "
                                         "(step-normalization divides by it)")
         return False
+
+    def note_left_out(self, server_round: int, sites: Sequence[str], indices: Iterable[int], model: str) -> None:
+        """Log and remember the replies (``indices`` into ``sites``) the filtered mean left out of ``model``."""
+        for index in indices:
+            log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites')",
+                server_round, sites[index], model)
+            self.left_out.append((server_round, sites[index], model))
 
     def note_absent(self, server_round: int, replied: Iterable[str]) -> None:
         """Record sites that sent no reply at all this round."""

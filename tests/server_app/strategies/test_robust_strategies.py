@@ -14,11 +14,13 @@ from fedsm_core.algorithms.baselines.harmofl import AMPLITUDE, BATCHES, FROZEN, 
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.command_line.preflight import check_run
+from server_app.app import describe_rounds, left_out_notes
 from server_app.round_plan import RoundPlan
 from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
 from server_app.strategies.fedbn import FedBNStrategy
 
 MEDIAN = AggregationSettings("median")
+FILTERED = AggregationSettings("filtered-mean")
 
 
 def _plan(aggregation: AggregationSettings = MEDIAN, **more) -> RoundPlan:
@@ -123,3 +125,51 @@ def test_krum_needs_enough_sites_and_the_check_runs_before_the_run():
     assert check_run({"strategy": "fedsm", "aggregation": "krum", "krum-byzantine": 1}).ok
     problems = check_run({"strategy": "fedsm", "aggregation": "krum", "krum-byzantine": 2}).problems
     assert any("needs at least 8 sites, the run has 6" in problem for problem in problems)
+
+
+def _three_replies(wild: dict[str, np.ndarray]) -> list:
+    return [model_reply("site-a", w(1.0, 1.0), 10), model_reply("site-b", w(2.0, 2.0), 30),
+            model_reply("site-c", wild, 20)]
+
+
+def test_the_filtered_mean_names_the_site_it_leaves_out_in_its_state_and_the_summary():
+    # Prepare: site-c is far out in rounds 1 and 2 (median (2, 1): distances 1, 1, 140.7 > 3 * 1),
+    # ordinary in round 3 (median (1.5, 1.5): distances 0.71, 0.71, 0 <= 3 * 0.71)
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    wild = {1: w(100.0, -100.0), 2: w(100.0, -100.0), 3: w(1.5, 1.5)}
+
+    # Execute
+    for server_round in (1, 2, 3):
+        strategy.aggregate_train(server_round, _three_replies(wild[server_round]))
+        if server_round == 1:
+            first = strategy.global_weights["w"].copy()
+
+    # Assert: round 1 averaged a and b only, (10 * 1 + 30 * 2) / 40 = 1.75; every round is on record
+    np.testing.assert_array_equal(first, [1.75, 1.75])
+    assert strategy.left_out == [(1, "site-c", "global model"), (2, "site-c", "global model")]
+    assert left_out_notes(strategy.left_out) == ["filtered mean: site-c's global model left out in 2 round(s): 1-2"]
+    resumed = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    resumed.load_state_dict(strategy.state_dict())
+    assert resumed.left_out == strategy.left_out
+
+
+def test_the_mean_leaves_nothing_out_and_rounds_are_described_as_spans():
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(AggregationSettings("mean")), EvaluationLog())
+    strategy.aggregate_train(1, _three_replies(w(100.0, -100.0)))
+    assert strategy.left_out == [] and left_out_notes([]) == []
+    assert describe_rounds([7, 1, 2, 3, 5, 8, 2]) == "1-3, 5, 7-8"
+
+
+def test_fedsms_global_optimizer_names_the_reply_the_filtered_mean_left_out():
+    # Prepare: four sites; site-d's global model is far out
+    sites = ["site-a", "site-b", "site-c", "site-d"]
+    fedsm = FedSM(sites, w(0.0, 0.0), {"s": np.zeros(1)}, 0.5, aggregation=FILTERED)
+    models = {"site-a": [1.0, 1.0], "site-b": [2.0, 2.0], "site-c": [3.0, 3.0], "site-d": [1e3, -1e3]}
+    updates = {site: FedSMUpdate(w(*g), w(*g), {"s": np.array([1.0])}, {}, 10) for site, g in models.items()}
+
+    # Execute
+    fedsm.aggregate(updates)
+
+    # Assert: index 3 of the replies (site-d) left out; the global model is the mean of a, b, c
+    assert fedsm.global_optimizer.left_out == [3]
+    np.testing.assert_array_equal(fedsm.global_weights["w"], [2.0, 2.0])
