@@ -301,8 +301,9 @@ def evaluate(msg: Message, context: Context) -> Message:
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device,
                                    list(weights.gamma_sweep), routing=request.split == "test",
                                    route_by=config.fedsm_settings.route_by)
-    write_test_overlays(super_model_predictor(super_model, info.site_names), data, site.name, request.overlay_dir,
-                        context, device)
+    predictor = super_model_predictor(super_model, info.site_names, config.fedsm_settings.route_by,
+                                      config.batch_size * 2)
+    write_test_overlays(predictor, data, site.name, request.overlay_dir, context, device)
     knn = knn_metrics(config, super_model.global_model, site, device) if request.split == "test" and config.knn_per \
         else {}
     return Message(encode_metrics({**metrics, **knn}), reply_to=msg)

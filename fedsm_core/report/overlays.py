@@ -15,8 +15,10 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from fedsm_core.algorithms.fedsm.needed_models import routing_probabilities
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation.case_scores import group_cases
 from fedsm_core.metrics import dice_per_image
 
 OVERLAY_IMAGES = 3  # enough to see a site's typical result and one more; a page of six sites stays short
@@ -26,8 +28,10 @@ PREDICTION_COLOUR = "#00e5ff"  # cyan, dashed: the routed model's prediction
 DEPLOYMENT_FOLDER = "fedsm-overlays"  # relative to the SuperNode's working directory
 OVERLAY_DIR = "overlay-dir"  # key of the test evaluation's config (the run folder's overlays/) and of a node config
 
-Predictor = Callable[[torch.Tensor], tuple[torch.Tensor, list[str]]]
-"""Images ``[B, C, H, W]`` -> (logits ``[B, S, H, W]``, the name of the model that segmented each image)."""
+Predictor = Callable[[SegArrays, list[int], "torch.device | str"], tuple[torch.Tensor, list[str]]]
+"""(split, indices of the images to draw, device) -> (their logits ``[B, S, H, W]``, the model that segmented each).
+
+The whole split comes along because a case is routed from all its slices (``route-by = "case"``)."""
 
 
 def overlay_folder(node_config: dict[str, object], sent_folder: str, run_id: int) -> tuple[Path | None, bool]:
@@ -50,25 +54,48 @@ def overlay_folder(node_config: dict[str, object], sent_folder: str, run_id: int
 
 
 def choose_images(data: SegArrays, count: int = OVERLAY_IMAGES) -> list[int]:
-    """The first ``count`` images with foreground (then empty ones if too few): the same ones every run."""
+    """The images to draw: the same ones every run.
+
+    Without cases, the first ``count`` images with foreground (then empty
+    ones if too few). When the ids name cases (slices of volumes), one slice
+    per case first, the one with the most foreground (the gland's widest
+    section), cases in order, so the panels show different patients.
+    """
     foreground = [i for i in range(len(data)) if data.masks[i].any()]
     empty = [i for i in range(len(data)) if not data.masks[i].any()]
+    cases = group_cases(data.ids)
+    if cases:
+        area = {i: float(data.masks[i].sum()) for i in foreground}
+        widest = []
+        for rows in cases.values():
+            shown = [row for row in rows if row in area]
+            if shown:  # ties: the earliest slice
+                widest.append(max(shown, key=lambda row: (area[row], -row)))
+        foreground = widest + [i for i in foreground if i not in widest]
     return (foreground + empty)[:count]
 
 
-def super_model_predictor(super_model: SuperModel, site_names: Sequence[str]) -> Predictor:
-    """Algorithm 2's routed prediction, with the routed model named (``global`` or a site)."""
+def super_model_predictor(super_model: SuperModel, site_names: Sequence[str], route_by: str = "image",
+                          batch_size: int = 16) -> Predictor:
+    """Algorithm 2's routed prediction, per image or per case as the evaluation routes, with the routed model named.
 
-    def predict(images: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
-        logits, routes, _ = super_model.forward_with_routes(images)
-        return logits, ["global" if r == GLOBAL_ROUTE else site_names[r] for r in routes.tolist()]
+    With ``route-by = "case"`` every slice of a case takes the case's route
+    (:func:`~fedsm_core.algorithms.fedsm.needed_models.routing_probabilities` over the whole split).
+    """
+
+    def predict(data: SegArrays, chosen: list[int], device: torch.device | str) -> tuple[torch.Tensor, list[str]]:
+        probs = routing_probabilities(super_model.selector, data, batch_size, device, route_by)[chosen]
+        routes = super_model.routes(probs.to(device))
+        logits = super_model.segment(torch.from_numpy(data.images[chosen]).to(device), routes)
+        suffix = " (whole case)" if route_by == "case" else ""
+        return logits, [("global" if r == GLOBAL_ROUTE else site_names[r]) + suffix for r in routes.tolist()]
 
     return predict
 
 
 def model_predictor(model: torch.nn.Module, name: str = "global") -> Predictor:
     """One model for every image (FedAvg and the other single-model strategies)."""
-    return lambda images: (model(images), [name] * len(images))
+    return lambda data, chosen, device: (model(torch.from_numpy(data.images[chosen]).to(device)), [name] * len(chosen))
 
 
 @torch.no_grad()
@@ -81,9 +108,8 @@ def write_site_overlays(predict: Predictor, data: SegArrays, site: str, folder: 
     chosen = choose_images(data, count)
     if not chosen:
         return None
-    images = torch.from_numpy(data.images[chosen]).to(device)
     masks = torch.from_numpy(data.masks[chosen]).to(device)
-    logits, routed = predict(images)
+    logits, routed = predict(data, chosen, device)
     predicted = (logits > 0).float()  # sigmoid(logit) > 0.5, as the Dice metrics threshold
     dice = dice_per_image(logits, masks).cpu().tolist()
     titles = [f"{data.ids[i]}\nrouted to {name}, Dice {score:.3f}" for i, name, score

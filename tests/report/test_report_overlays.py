@@ -92,14 +92,69 @@ def test_grey_images_and_full_or_empty_masks_draw_without_contour_errors(tmp_pat
     assert path.is_file()
 
 
-def test_super_model_predictor_names_the_routed_site():
-    from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE
+class _Tagged(torch.nn.Module):
+    """Logits filled with a tag, so the test sees which model segmented an image."""
+
+    def __init__(self, tag: float) -> None:
+        super().__init__()
+        self.tag = tag
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.full((len(images), 1, *images.shape[-2:]), self.tag)
+
+
+class _Brightness(torch.nn.Module):
+    """A selector for two sites: dark images -> site-1, bright -> site-2, confidently."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        brightness = images.mean(dim=(1, 2, 3)) - 0.5
+        return torch.stack([-20.0 * brightness, 20.0 * brightness], dim=1)
+
+
+def _case_data(brightness: list[float], ids: list[str], areas: list[int]) -> SegArrays:
+    """8x8 RGB slices of the given brightness, each with a foreground square of ``areas`` pixels per side."""
+    images = np.stack([np.full((3, 8, 8), b, dtype=np.float32) for b in brightness])
+    masks = np.zeros((len(ids), 1, 8, 8), dtype=np.float32)
+    for index, side in enumerate(areas):
+        masks[index, 0, :side, :side] = 1.0
+    return SegArrays(images, masks, tuple(ids))
+
+
+def _super_model():
+    from fedsm_core.algorithms.fedsm.super_model import SuperModel
+
+    return SuperModel(_Tagged(-1.0), [_Tagged(1.0), _Tagged(2.0)], _Brightness(), 0.5)
+
+
+def test_super_model_predictor_names_the_routed_site_and_segments_with_its_model():
     from fedsm_core.report.overlays import super_model_predictor
 
-    class _Routed:
-        def forward_with_routes(self, images):
-            return torch.zeros(3, 1, 4, 4), torch.tensor([1, GLOBAL_ROUTE, 0]), None
+    data = _case_data([0.1, 0.9, 0.5], ["s/0000", "s/0001", "s/0002"], [2, 2, 2])
 
-    _, names = super_model_predictor(_Routed(), ("site-1", "site-2"))(torch.zeros(3, 3, 4, 4))
+    logits, names = super_model_predictor(_super_model(), ("site-1", "site-2"))(data, [1, 0, 2], "cpu")
 
-    assert names == ["site-2", "global", "site-1"]
+    # brightness 0.5: both sites at probability 0.5 <= gamma, so the global model
+    assert names == ["site-2", "site-1", "global"]
+    assert logits[:, 0, 0, 0].tolist() == [2.0, 1.0, -1.0]
+
+
+def test_with_route_by_case_every_drawn_slice_takes_its_cases_route():
+    from fedsm_core.report.overlays import super_model_predictor
+
+    # case a: two dark slices and one slightly bright one, so its mean log-probability still says site-1
+    data = _case_data([0.1, 0.1, 0.6], ["s/a/z000", "s/a/z001", "s/a/z002"], [2, 3, 4])
+
+    per_image = super_model_predictor(_super_model(), ("site-1", "site-2"))(data, [2], "cpu")[1]
+    per_case = super_model_predictor(_super_model(), ("site-1", "site-2"), route_by="case")(data, [2], "cpu")[1]
+
+    assert per_image == ["site-2"]
+    assert per_case == ["site-1 (whole case)"]
+
+
+def test_slices_of_volumes_show_one_patient_each_at_the_widest_section_first():
+    # cases a (3 slices) and b (2 slices, one empty): the widest slice of a, then of b, then the rest
+    ids = ["s/a/z000", "s/a/z001", "s/a/z002", "s/b/z000", "s/b/z001"]
+    data = _case_data([0.5] * 5, ids, [2, 5, 3, 0, 4])
+
+    assert choose_images(data, 3) == [1, 4, 0]
+    assert choose_images(data, 10) == [1, 4, 0, 2, 3]

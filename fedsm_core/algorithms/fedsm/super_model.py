@@ -206,6 +206,11 @@ class SuperModel(nn.Module):
                 f"({len(self.personalized)} personalized models)"
             )
         routes = self.routes(probs)
+        return self.segment(images, routes), routes, probs
+
+    @torch.no_grad()
+    def segment(self, images: torch.Tensor, routes: torch.Tensor) -> torch.Tensor:
+        """Logits of each image from the model of its route (``-1`` = global), each model on its images only."""
         logits: torch.Tensor | None = None
         for index in routes.unique().tolist():
             chosen = routes == index
@@ -215,7 +220,7 @@ class SuperModel(nn.Module):
                 logits = part.new_zeros((len(images), *part.shape[1:]))
             logits[chosen] = part
         assert logits is not None  # routes covers every image of a non-empty batch
-        return logits, routes, probs
+        return logits
 
     def routes(self, probs: torch.Tensor) -> torch.Tensor:
         """Model index per image (-1 = global): Algorithm 2, or FedSM-extra's plain argmax."""
