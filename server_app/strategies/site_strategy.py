@@ -11,12 +11,12 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from app_protocol import records
-from app_protocol.evaluate_messages import decode_metrics
-from fedsm_core.algorithms.server_optimizer import ServerOptimizerSettings
-from fedsm_core.models.weights import Weights, check_same_layout
+from fedsm_core.models.weights import Weights
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from server_app.discovery import SiteNode
+from server_app.metric_bounds import checked_metrics
 from server_app.round_plan import RoundPlan
+from server_app.strategies.reply_checks import ReplyChecks
 from server_app.traffic import RECEIVED, SENT, TrafficLog
 
 EvaluationSink = Callable[[int, str, dict[str, dict[str, float]]], None]
@@ -27,7 +27,7 @@ def routed_site(message: Message) -> str:
     return str(records.decode_route(message.content))
 
 
-class SiteStrategy:
+class SiteStrategy(ReplyChecks):
     """Base of the strategies: one node per site, validated replies, federated evaluation.
 
     Not a subclass of Flower's ``Strategy``: its ``start()`` owns the round loop from
@@ -191,77 +191,6 @@ class SiteStrategy:
             return f"client error: {reply.error.reason}"
         return f"unreachable, the SuperLink answered for it: {reply.error.reason}"
 
-    def reject(self, server_round: int, site: str, reason: str) -> None:
-        """Log a rejected reply and remember that the site missed the round."""
-        log(WARNING, "round %d: reply of %s rejected (%s)", server_round, site, reason)
-        self.missed.append((server_round, site, reason))
-
-    def decode_weights(
-        self, server_round: int, site: str, reply: Message, expected: dict[str, Weights | None]
-    ) -> dict[str, Weights] | None:
-        """Decode the ArrayRecords named in ``expected`` and check them; ``None`` if rejected.
-
-        A reference of ``None`` accepts any keys and shapes (the selector's Adam
-        moments, empty before their first round); the values must still be finite.
-        """
-        if reply.has_error():
-            self.reject(server_round, site, self.error_reason(reply))
-            return None
-        try:
-            decoded = {key: records.from_record(reply.content[key]) for key in expected}
-            for key, reference in expected.items():
-                if reference is not None:
-                    check_same_layout(reference, decoded[key], f"'{key}' from {site}")
-        except (KeyError, ValueError) as error:
-            self.reject(server_round, site, f"malformed reply: {error}")
-            return None
-        for key, weights in decoded.items():
-            bad = [name for name, value in weights.items() if not np.all(np.isfinite(value))]
-            if bad:
-                self.reject(server_round, site, f"non-finite values in '{key}': {bad[:3]}")
-                return None
-        return decoded
-
-    def num_examples(self, server_round: int, site: str, reply: Message) -> int | None:
-        """The reply's ``num-examples`` (its training-set size); ``None`` if missing or not positive (rejected)."""
-        try:
-            value = reply.content[records.METRICS]["num-examples"]
-        except KeyError:
-            self.reject(server_round, site, "malformed reply: no 'num-examples' metric")
-            return None
-        if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 1):
-            self.reject(server_round, site, f"malformed reply: num-examples = {value!r}, expected >= 1")
-            return None
-        return self.capped_count(server_round, site, int(value))
-
-    def capped_count(self, server_round: int, site: str, claimed: int) -> int:
-        """``claimed``, at most the training images the site reported at discovery (a larger claim is logged).
-
-        A site's weight in every average is its claimed count, so a site that
-        claims more than it reported would outweigh the others by that alone.
-        """
-        reported = next((node.num_train for node in self.nodes if node.site_name == site), None)
-        if reported is None or claimed <= reported:
-            return claimed
-        log(WARNING, "round %d: site %s claims %d training images but reported %d at discovery; counted as %d",
-            server_round, site, claimed, reported, reported)
-        self.capped.append((server_round, site, claimed, reported))
-        return reported
-
-    @staticmethod
-    def local_steps(reply: Message) -> float:
-        """The local steps a reply reports (``steps`` metric); NaN when it reports none."""
-        value = reply.content[records.METRICS].get("steps", float("nan"))
-        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else float("nan")
-
-    def has_steps(self, server_round: int, site: str, reply: Message, settings: ServerOptimizerSettings) -> bool:
-        """Whether the reply reports the local steps ``step-normalization`` divides by (rejected and logged if not)."""
-        if settings.step_normalization == "none" or self.local_steps(reply) >= 1:
-            return True
-        self.reject(server_round, site, f"malformed reply: steps = {self.local_steps(reply)!r}, expected >= 1 "
-                                        "(step-normalization divides by it)")
-        return False
-
     def note_left_out(self, server_round: int, sites: Sequence[str], indices: Iterable[int], model: str) -> None:
         """Log and remember the replies (``indices`` into ``sites``) the filtered mean left out of ``model``."""
         for index in indices:
@@ -320,11 +249,13 @@ class SiteStrategy:
         gaps: dict[str, str] = {}
         for reply in replies:
             site = self.site_of(reply)
-            if reply.has_error():
-                gaps[site] = self.error_reason(reply)
+            try:
+                if reply.has_error():
+                    raise ValueError(self.error_reason(reply))
+                per_site[site], lists[site] = checked_metrics(reply.content, self.reported_images(site, split))
+            except ValueError as error:  # an error reply, or metrics no evaluation can produce
+                gaps[site] = str(error)
                 log(WARNING, "round %d: %s evaluation of %s failed (%s)", server_round, split, site, gaps[site])
-                continue
-            per_site[site], lists[site] = decode_metrics(reply.content)
         self.latest_lists[split] = lists
         gaps.update({node.site_name: "no reply" for node in self.nodes
                      if node.site_name not in per_site and node.site_name not in gaps})
@@ -336,6 +267,11 @@ class SiteStrategy:
         ordered = {node.site_name: per_site[node.site_name] for node in self.nodes if node.site_name in per_site}
         self.on_evaluate(server_round, split, ordered)
         return records.to_metrics(pool_site_metrics(ordered))
+
+    def reported_images(self, site: str, split: str) -> int | None:
+        """The images of ``split`` that ``site`` reported at discovery (None for a site not in the run)."""
+        node = next((n for n in self.nodes if n.site_name == site), None)
+        return None if node is None else {"val": node.num_val, "test": node.num_test}.get(split)
 
     def restate_validation(self, per_site: dict[str, dict[str, float]],
                            lists: dict[str, dict[str, list[float]]]) -> None:

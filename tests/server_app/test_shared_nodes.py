@@ -12,8 +12,8 @@ from server_app.round_plan import RoundPlan
 from server_app.strategies.fedavg import FedAvgStrategy
 
 # node 100 serves site-a and site-c, node 101 site-b (2 simulated nodes, 3 sites)
-SHARED = [SiteNode(100, 0, "site-a", 10, 2, 2, PIXELS), SiteNode(101, 1, "site-b", 30, 2, 2, PIXELS),
-          SiteNode(100, 2, "site-c", 20, 2, 2, PIXELS)]
+SHARED = [SiteNode(100, 0, "site-a", 10, 8, 8, PIXELS), SiteNode(101, 1, "site-b", 30, 8, 8, PIXELS),
+          SiteNode(100, 2, "site-c", 20, 8, 8, PIXELS)]
 TRAINED = {"site-a": 1.0, "site-b": 2.0, "site-c": 4.0}   # each site returns w = its value
 SIZES = {"site-a": 1, "site-b": 1, "site-c": 2}            # n_k / n = 1/4, 1/4, 1/2
 DICE = {"site-a": 0.25, "site-b": 0.5, "site-c": 0.75}

@@ -19,9 +19,9 @@ from server_app.discovery import SiteNode
 
 PIXELS = ChannelStatistics(1, (0.0,), (1.0,))
 NODES = [
-    SiteNode(101, 0, "site-a", 10, 2, 2, PIXELS),
-    SiteNode(102, 1, "site-b", 30, 2, 2, PIXELS),
-    SiteNode(103, 2, "site-c", 20, 2, 2, PIXELS),
+    SiteNode(101, 0, "site-a", 10, 8, 8, PIXELS),
+    SiteNode(102, 1, "site-b", 30, 8, 8, PIXELS),
+    SiteNode(103, 2, "site-c", 20, 8, 8, PIXELS),
 ]
 NODE = {node.site_name: node.node_id for node in NODES}
 
