@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import in_process
-from experiments.ladder.loops import _checkpoint, _fedsm_federation, load_sites
+from experiments.ladder.loops import fedsm_federation, load_sites, read_cell_checkpoint
 from experiments.ladder.run_ladder import cell_config, cell_folder
 from experiments.runner import parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
@@ -131,12 +131,12 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
 def load_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict[str, object],
               folder: Path) -> in_process.Federation | None:
     """One ladder FedSM cell (``real`` rung) as trained, selector head fitted; None before it reaches ``rounds``."""
-    state = _checkpoint(folder)
+    state = read_cell_checkpoint(folder)
     if state is None or state["round"] < rounds:
         return None
     config = cell_config(dataset, seed, rounds, overrides, method)
     sites = load_sites(config)
-    federation = _fedsm_federation(config, repartition(sites, "real", config.data_seed),
+    federation = fedsm_federation(config, repartition(sites, "real", config.data_seed),
                                    select_device(config.device))
     federation.fedsm, _ = state["federation"]
     in_process.fit_selector_head(federation)

@@ -105,7 +105,8 @@ def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
     return CellResult({"global": curve}, {"global": score(model, sites, "test", device)})
 
 
-def _checkpoint(folder: Path) -> dict | None:
+def read_cell_checkpoint(folder: Path) -> dict | None:
+    """A cell's last saved state (``<folder>/checkpoint.pt``), or None before its first save."""
     path = folder / "checkpoint.pt"
     return torch.load(path, weights_only=False) if path.exists() else None
 
@@ -174,7 +175,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     train_sites = repartition(sites, rung, config.data_seed)
     spec = config.model_spec(sites[0].train.masks.shape[1], len(train_sites))
     model = spec.build_segmentation()
-    state = _checkpoint(folder)
+    state = read_cell_checkpoint(folder)
     if state is None:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies.builder)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
@@ -198,7 +199,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
                       state["seconds"])
 
 
-def _fedsm_federation(config: RunConfig, train_sites: list[SiteSplits], device: torch.device) -> in_process.Federation:
+def fedsm_federation(config: RunConfig, train_sites: list[SiteSplits], device: torch.device) -> in_process.Federation:
     """The in-process FedSM federation over ``train_sites``, from the app's start state."""
     spec = config.model_spec(train_sites[0].train.masks.shape[1], len(train_sites))
     fedsm, _ = config.start_fedsm(spec, [s.name for s in train_sites],
@@ -230,10 +231,11 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
     only the global model is scored.
     """
     sites, device = load_sites(config), select_device(config.device)
-    federation = _fedsm_federation(config, repartition(sites, rung, config.data_seed), device)
+    federation = fedsm_federation(config, repartition(sites, rung, config.data_seed), device)
     routed = len(federation.sites) == len(sites)
-    state = _checkpoint(folder) or {"round": 0, "curves": {"global": [], "super": []} if routed else {"global": []},
-                                    "validation": {}, "seconds": 0.0}
+    fresh = {"round": 0, "curves": {"global": [], "super": []} if routed else {"global": []},
+             "validation": {}, "seconds": 0.0}
+    state = read_cell_checkpoint(folder) or fresh
     if state["round"]:
         federation.fedsm, kept = state["federation"]
         federation.memories = {site: DictMemory(dict(arrays)) for site, arrays in kept.items()}
