@@ -151,6 +151,20 @@ def read_rows(csv_path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def seed_cells(values: list[float | None]) -> list[str]:
+    """A table row's cells for one quantity: each seed's value, then their mean ("" where a seed has none)."""
+    known = [v for v in values if v is not None]
+    return [f"{v:.4f}" if v is not None else "" for v in values] + [f"{np.mean(known):.4f}" if known else ""]
+
+
+def section_head(title: str, seeds: list[int], quantities: tuple[str, ...], more: tuple[str, ...]) -> list[str]:
+    """A table's heading and header rows: ``rule``, then each quantity by seed with its mean, then ``more``."""
+    per_seed = " | ".join(f"seed {s}" for s in seeds)
+    header = " | ".join(f"{quantity}: {per_seed} | mean" for quantity in quantities)
+    return [f"## {title}", "", f"| rule | {header} | " + " | ".join(more) + " |",
+            "|---|" + "---|" * (len(quantities) * (len(seeds) + 1) + len(more))]
+
+
 def table(rows: list[dict[str, str]]) -> str:
     """Markdown: per (dataset, method) and rule, the client-average Dice by seed and the mean, for both splits."""
     groups: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
@@ -164,18 +178,12 @@ def table(rows: list[dict[str, str]]) -> str:
              "chosen on all validation images, scored on test.", ""]
     for (dataset, method), cells in sorted(groups.items()):
         seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
-        per_seed = " | ".join(f"seed {s}" for s in seeds)
-        lines += [f"## {dataset}, {method}", "",
-                  f"| rule | 2-fold validation: {per_seed} | mean | test: {per_seed} | mean | gamma chosen for test |",
-                  "|---|" + "---|" * (2 * len(seeds) + 3)]
+        lines += section_head(f"{dataset}, {method}", seeds, ("2-fold validation", "test"), ("gamma chosen for test",))
         for rule in RULES:
             shown = []
             for split in (FOLDS, TEST):
-                averages = [float(np.mean(cells[(split, rule)][s]["dice"])) if s in cells.get((split, rule), {})
-                            else None for s in seeds]
-                known = [a for a in averages if a is not None]
-                shown += [f"{a:.4f}" if a is not None else "" for a in averages]
-                shown.append(f"{np.mean(known):.4f}" if known else "")
+                shown += seed_cells([float(np.mean(cells[(split, rule)][s]["dice"]))
+                                     if s in cells.get((split, rule), {}) else None for s in seeds])
             gammas = "; ".join(cells[(TEST, rule)][s]["gamma"] for s in seeds if s in cells.get((TEST, rule), {}))
             lines.append(f"| {rule} | " + " | ".join(shown) + f" | {gammas} |")
         lines.append("")

@@ -23,7 +23,15 @@ import sys
 import numpy as np
 
 from experiments import in_process
-from experiments.ladder.gamma_rules import arguments, describe_rule, rescore_cells, site_gammas, sweep
+from experiments.ladder.gamma_rules import (
+    arguments,
+    describe_rule,
+    rescore_cells,
+    section_head,
+    seed_cells,
+    site_gammas,
+    sweep,
+)
 from fedsm_core.algorithms.fedsm.routed_knn_per import RoutedKNNPer
 
 COLUMNS = ("dataset", "method", "seed", "rule", "gamma", "site", "knn-lambda", "dice-super", "dice-super-knn")
@@ -66,19 +74,12 @@ def table(rows: list[dict[str, str]]) -> str:
              "gamma by each rule of `gamma_rules.md`.", ""]
     for (dataset, method), by_rule in sorted(groups.items()):
         seeds = sorted({seed for cells in by_rule.values() for seed in cells})
-        header = " | ".join(f"seed {s}" for s in seeds)
-        lines += [f"## {dataset}, {method}", "",
-                  f"| rule | super: {header} | mean | + kNN-Per: {header} | mean | change | lambdas chosen |",
-                  "|---|" + "---|" * (2 * len(seeds) + 4)]
+        lines += section_head(f"{dataset}, {method}", seeds, ("super", "+ kNN-Per"), ("change", "lambdas chosen"))
         for rule in RULES:
             cells = by_rule.get(rule, {})
             plain = [np.mean([float(r["dice-super"]) for r in cells[s]]) if s in cells else None for s in seeds]
             mixed = [np.mean([float(r["dice-super-knn"]) for r in cells[s]]) if s in cells else None for s in seeds]
-            shown = []
-            for values in (plain, mixed):
-                known = [v for v in values if v is not None]
-                shown += [f"{v:.4f}" if v is not None else "" for v in values]
-                shown.append(f"{np.mean(known):.4f}" if known else "")
+            shown = seed_cells(plain) + seed_cells(mixed)
             known_pairs = [(p, m) for p, m in zip(plain, mixed, strict=True) if p is not None]
             change = f"{100 * np.mean([m - p for p, m in known_pairs]):+.2f} pt" if known_pairs else ""
             lambdas = sorted({float(r["knn-lambda"]) for s in cells for r in cells[s]})
