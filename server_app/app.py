@@ -31,10 +31,23 @@ from server_app.strategies.site_strategy import SiteStrategy
 app = ServerApp()
 
 
-def resume(strategy: SiteStrategy, config: RunConfig, sites: tuple[str, ...], reporter: ProgressReporter) -> int:
-    """Load ``resume-from`` into ``strategy`` and the metrics log; return the first round to run."""
+def read_resume_state(config: RunConfig, sites: tuple[str, ...]) -> dict | None:
+    """``resume-from``'s checkpoint, checked against this run's settings; None for a fresh run.
+
+    Read before any node is asked, so an unreadable or mismatched checkpoint
+    stops the run at once, not after every site has loaded its data.
+    """
+    if not config.resume_from:
+        return None
     state = load_checkpoint(config.resume_from)
-    check_resumable(state, config.to_mapping(), sites, strategy.num_rounds, config.resume_from)
+    check_resumable(state, config.to_mapping(), sites, config.total_rounds, config.resume_from)
+    return state
+
+
+def resume(strategy: SiteStrategy, state: dict | None, config: RunConfig, reporter: ProgressReporter) -> int:
+    """Load a checked checkpoint into ``strategy`` and the metrics log; return the first round to run (1: fresh)."""
+    if state is None:
+        return 1
     strategy.load_state_dict(state["state"])
     reporter.metrics.extend(state["metrics"])
     log(INFO, "Resuming from %s after round %d", config.resume_from, state["round"])
@@ -57,6 +70,7 @@ def main(grid: Grid, context: Context) -> None:
     config = RunConfig.from_mapping(context.run_config)
     require_valid_run(config)  # before a run folder exists or any node is asked
     info = training_dataset(config.dataset, config.held_out_site)
+    resumed = read_resume_state(config, info.site_names)
     folder = create_run_folder(config)
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0),
@@ -67,7 +81,7 @@ def main(grid: Grid, context: Context) -> None:
     # random part keeps apart runs started in the same second under other output folders (same folder name).
     state_key = f"{folder.name}-{uuid.uuid4().hex[:8]}"
     strategy, save_model = build_strategy(Setup(config, info, spec, nodes, reporter, state_key=state_key))
-    first_round = resume(strategy, config, info.site_names, reporter) if config.resume_from else 1
+    first_round = resume(strategy, resumed, config, reporter)
     checkpoint = folder / CHECKPOINT_FILE
     clock = RoundClock(first_round, strategy.num_rounds)
 
