@@ -18,6 +18,10 @@ from pathlib import Path
 
 import torch
 
+# Settings whose default changed after a study's committed cells were measured. Each study puts these under its
+# own overrides, so a later sitting's cells are measured like the committed ones (a variant may still override).
+MEASURED_WITH = {"gamma-selection": "validation"}  # the default became "client-average" after these cells
+
 
 @contextlib.contextmanager
 def locked(path: Path, wait: bool = True):

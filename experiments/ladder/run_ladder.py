@@ -49,7 +49,7 @@ from experiments.ladder.loops import CellResult, run_cell
 from experiments.ladder.table import write_table
 from experiments.progress import over_runs
 from experiments.runner import parse_overrides
-from experiments.sittings import locked, log_sitting
+from experiments.sittings import MEASURED_WITH, locked, log_sitting
 from fedsm_core.config import RunConfig
 from fedsm_core.data.repartition import PARTITIONS
 
@@ -110,7 +110,7 @@ def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, objec
     """The run config of one cell: ``overrides`` plus dataset, seed (also the data seed) and rounds."""
     base = method.split(":")[0]
     strategy = "fedavg" if base == CENTRALIZED else base  # centralized reads only the training settings
-    return RunConfig.from_mapping({"eval-every": 5, **overrides, "dataset": dataset, "seed": seed,
+    return RunConfig.from_mapping({"eval-every": 5, **MEASURED_WITH, **overrides, "dataset": dataset, "seed": seed,
                                    "data-seed": seed, "num-server-rounds": rounds, "strategy": strategy})
 
 

@@ -30,7 +30,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.robustness.table import COLUMNS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import locked, log_sitting
+from experiments.sittings import MEASURED_WITH, locked, log_sitting
 from fedsm_core.algorithms.attacks import ATTACKS, FEDSM_ONLY
 from fedsm_core.algorithms.robust_aggregation import AGGREGATIONS
 from fedsm_core.config import RunConfig
@@ -62,7 +62,7 @@ def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, ex
     dataset, method, attack, aggregation, seed = cell
     plan = "" if attack == NONE else f"{attacked_site}:{attack}"
     name = aggregation.removesuffix(CLIPPED)
-    values = {"eval-every": rounds, **extra, "dataset": dataset, "strategy": method, "seed": seed,
+    values = {"eval-every": rounds, **MEASURED_WITH, **extra, "dataset": dataset, "strategy": method, "seed": seed,
               "data-seed": seed, "num-server-rounds": rounds, "aggregation": name, "attack": plan,
               "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0}
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains

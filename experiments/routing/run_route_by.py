@@ -31,7 +31,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.routing.route_by_table import COLUMNS, METRICS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import locked, log_sitting
+from experiments.sittings import MEASURED_WITH, locked, log_sitting
 from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.config import RunConfig
 
@@ -54,8 +54,8 @@ def finished_cells(csv_path: Path) -> set[Cell]:
 def cell_overrides(cell: Cell, rounds: int, extra: dict) -> dict[str, object]:
     """The run config of one cell: ``extra`` plus FedSM, the cell's dataset, routing and seed."""
     dataset, route_by, seed = cell
-    values = {"eval-every": rounds, **extra, "dataset": dataset, "strategy": "fedsm", "route-by": route_by,
-              "seed": seed, "data-seed": seed, "num-server-rounds": rounds}
+    values = {"eval-every": rounds, **MEASURED_WITH, **extra, "dataset": dataset, "strategy": "fedsm",
+              "route-by": route_by, "seed": seed, "data-seed": seed, "num-server-rounds": rounds}
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains
     return values
 

@@ -69,7 +69,7 @@ class FedSMSettings:
     selector_head: str = setting("fitted", "selector-head", choices=SELECTOR_HEADS)
     selector_shrinkage: float = setting(0.1, "selector-shrinkage", low=0.0, high=1.0)
     gamma: float = setting(0.5, "gamma", low=0.0, high=1.0)
-    gamma_selection: str = setting("validation", "gamma-selection", choices=GAMMA_SELECTIONS)
+    gamma_selection: str = setting("client-average", "gamma-selection", choices=GAMMA_SELECTIONS)
     extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
     route_by: str = setting("image", "route-by", choices=ROUTE_BY)
 
