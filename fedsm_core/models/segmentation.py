@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import segmentation_models_pytorch as smp
 import torch.nn as nn
 
 DEFAULT_DECODER_CHANNELS = (128, 64, 32, 16, 8)
@@ -68,6 +67,9 @@ def build_segmentation_model(
         raise ValueError(f"num_structures must be >= 1, got {num_structures}")
     if norm not in NORMS:
         raise ValueError(f"segmentation-norm = '{norm}' is not one of {list(NORMS)}")
+    # Imported here: smp pulls in timm and torchvision (seconds), which settings checks never need.
+    import segmentation_models_pytorch as smp
+
     try:
         model = smp.Unet(
             encoder_name=encoder,
