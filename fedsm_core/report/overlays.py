@@ -131,7 +131,10 @@ def draw_overlays(images: np.ndarray, truth: np.ndarray, predicted: np.ndarray, 
     truth, predicted : np.ndarray
         Binary masks ``[N, S, H, W]``; every structure is drawn.
     """
-    figure = Figure(figsize=(2.5 * len(images), 3.0), dpi=100, layout="constrained")  # room for the suptitle
+    figure = Figure(figsize=(2.5 * len(images), 3.0), dpi=100)
+    # Fixed margins (room for two title lines and the suptitle): the constrained layout engine drew the same
+    # panels about 40 % slower, and every site draws this page at every test evaluation.
+    figure.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.78, wspace=0.08)
     for index, axis in enumerate(figure.subplots(1, len(images), squeeze=False)[0]):
         picture = np.clip(np.moveaxis(images[index], 0, -1), 0.0, 1.0)
         axis.imshow(picture[..., 0] if picture.shape[-1] == 1 else picture[..., :3], cmap="gray",
