@@ -44,9 +44,10 @@ from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
+from fedsm_core.algorithms.fedsm.routed_knn_per import evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.site_round import fedsm_site_round
-from fedsm_core.algorithms.fedsm.super_model import assemble_super_model
+from fedsm_core.algorithms.fedsm.super_model import SuperModel, assemble_super_model
 from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
@@ -304,13 +305,20 @@ def evaluate(msg: Message, context: Context) -> Message:
     predictor = super_model_predictor(super_model, info.site_names, config.fedsm_settings.route_by,
                                       config.batch_size * 2)
     write_test_overlays(predictor, data, site.name, request.overlay_dir, context, device)
-    knn = knn_metrics(config, super_model.global_model, site, device) if request.split == "test" and config.knn_per \
-        else {}
+    knn = knn_metrics(config, super_model.global_model, site, device, super_model) \
+        if request.split == "test" and config.knn_per else {}
     return Message(encode_metrics({**metrics, **knn}), reply_to=msg)
 
 
-def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits,
-                device: torch.device) -> dict[str, float]:
-    """kNN-Per on the global model: datastore from the training split, lam from validation, test Dice."""
+def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSplits, device: torch.device,
+                super_model: SuperModel | None = None) -> dict[str, float]:
+    """kNN-Per on the global model: datastore from the training split, lam from validation, test Dice.
+
+    With FedSM's ``super_model``, also kNN-Per on each image's routed model
+    (``dice-super-knn``, :mod:`fedsm_core.algorithms.fedsm.routed_knn_per`).
+    """
     settings = config.knn_settings
-    return evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)
+    scores = evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)
+    if super_model is not None:
+        scores |= evaluate_routed_knn_per(super_model, site.train, site.val, site.test, settings, device)
+    return scores

@@ -121,6 +121,8 @@ METHODS: dict[str, Method] = {
                settings={"strategy": "fedsm", "amplitude-normalization": True}),
         Method("knn-per", "kNN-Per", "global", "fedavg", "single-model", score="dice-knn-per",  # FedAvg's model,
                settings={"strategy": "fedavg", "knn-per": True}),  # personalized at test time
+        Method("fedsm-knn-per", "FedSM + kNN-Per", "fedsm", "fedsm", "fedsm", score="dice-super-knn",
+               settings={"strategy": "fedsm", "knn-per": True}),  # kNN-Per on each image's routed model
     )
 }
 STRATEGIES = tuple(name for name, method in METHODS.items() if method.is_strategy)

@@ -13,7 +13,8 @@ and :mod:`fedsm_core.evaluation.case_scores`):
 - ``num-images``: a whole number in ``[0, N]``, ``N`` the count of the split the
   site reported at discovery;
 - Dice values, shares and accuracies (``dice-*``, ``case-dice-*``, ``routed-dice-*``,
-  ``share-*``, ``empty-fp-*``, ``selector-accuracy``, ``gamma``, ``knn-lambda``) and the
+  ``share-*``, ``empty-fp-*``, ``selector-accuracy``, ``gamma``, ``knn-lambda``,
+  ``knn-lambda-super``) and the
   sweeps ``dice-super-sweep``, ``share-global-sweep``: in ``[0, 1]``, or NaN where
   nothing was there to score;
 - counts (``num-empty``, ``num-routed-*``, ``routed-count-sweep``) in ``[0, num-images]``;
@@ -31,7 +32,7 @@ from flwr.app import RecordDict
 from app_protocol.evaluate_messages import decode_metrics
 
 UNIT_PREFIXES = ("dice-", "case-dice-", "routed-dice-", "share-", "empty-fp-")
-UNIT_KEYS = ("selector-accuracy", "gamma", "knn-lambda")
+UNIT_KEYS = ("selector-accuracy", "gamma", "knn-lambda", "knn-lambda-super")
 UNIT_SWEEPS = ("dice-super-sweep", "share-global-sweep")
 COUNT_PREFIXES = ("num-routed-",)
 COUNT_KEYS = ("num-empty",)

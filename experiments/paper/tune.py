@@ -75,10 +75,10 @@ GROWING_KEYS = frozenset({"extra-rounds"})
 # (method swept, run-config key, grid name, methods that inherit the choice)
 STEPS = (
     ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedbn", "harmofl", "knn-per", "fedsm",
-                            "fedsm-extra")),
+                            "fedsm-extra", "fedsm-knn-per")),
     ("fedprox", "proximal-mu", "proximal-mu", ("fedprox",)),
     ("scaffold", "lr", "scaffold-lr", ("scaffold",)),
-    ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra")),
+    ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra", "fedsm-knn-per")),
     ("harmofl", "amplitude-window", "amplitude-window", ("harmofl",)),
     ("fedsm-extra", "extra-rounds", "extra-rounds", ("fedsm-extra",)),
 )

@@ -160,7 +160,8 @@ MEANINGS: dict[str, str] = {
         "radius `alpha` of the perturbation `alpha * g / ||g||`"
     ),
     "knn-per": (
-        "at the test evaluation, each site also scores kNN-Per on the global model"
+        "at the test evaluation, each site also scores kNN-Per on the global model (`dice-knn-per`) and, "
+        "under FedSM, on each image's routed model (`dice-super-knn`)"
     ),
     "knn-k": (
         "kNN-Per: neighbours per pixel"

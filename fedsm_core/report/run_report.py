@@ -22,7 +22,8 @@ from fedsm_core.report.run_data import OVERLAY_FOLDER, POOLED, RunData, describe
 REPORT_FILE = "report.html"
 FIGURE_FOLDER = "report"  # the figures' PNGs, beside report.html
 ROUTING_TABLE_ID = "routing-matrix"
-TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global", "gamma")
+TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "dice-knn-per", "dice-super-knn", "selector-accuracy",
+                "share-global", "gamma", "knn-lambda", "knn-lambda-super")
 CASE_COLUMNS = (NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, CASE_HD95_MM, NUM_MISSED)
                              for model in ("global", "personal", "super")))
 KEY_SETTINGS = ("strategy", "dataset", "num-server-rounds", "image-size", "data-scale", "seed", "softpull-lambda",

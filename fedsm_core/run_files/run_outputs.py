@@ -18,7 +18,8 @@ from fedsm_core.evaluation.case_scores import (
 
 CSV_COLUMNS = ("round", "split", "site", "metric", "value")
 POOLED = "pooled"
-SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "selector-accuracy", "share-global",
+SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "dice-knn-per", "dice-super-knn", "selector-accuracy",
+                   "share-global",
                    "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super",
                    NUM_CASES, CASE_DICE + "global", CASE_DICE + "personal", CASE_DICE + "super",
                    CASE_HD95 + "global", CASE_HD95 + "personal", CASE_HD95 + "super",

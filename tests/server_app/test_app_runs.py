@@ -108,12 +108,17 @@ def test_a_federation_spec_of_png_sites_runs_on_two_nodes(tmp_path, in_process_a
     spec.write_text("\n".join(f'[[sites]]\nname = "{n}"\nsource = "prostate-slices"\npath = "data/{n}"\n'
                               for n in ("north", "south")))
 
-    # Execute
-    folder, rows, _ = in_process_app(f"{TINY} dataset='{spec}' batch-size=2", num_nodes=2)
+    # Execute: with kNN-Per at the test evaluation, on the global model and on the routed models
+    folder, rows, _ = in_process_app(f"{TINY} dataset='{spec}' batch-size=2 knn-per=true knn-pixels-per-image=16",
+                                     num_nodes=2)
 
     # Assert
     assert folder.name.endswith("-fedsm-federation")
     assert {r["site"] for r in rows if r["split"] == "test"} == {"north", "south", "pooled"}
+    for metric in ("dice-knn-per", "dice-super-knn", "knn-lambda-super"):
+        assert {r["site"] for r in rows if r["metric"] == metric} == {"north", "south", "pooled"}, metric
+        assert {r["split"] for r in rows if r["metric"] == metric} == {"test"}, metric
+    assert "dice-super-knn" in (folder / "summary.md").read_text()
     _, info = load_bundle(folder / "super_model.pt")
     assert info.site_names == ("north", "south")
 

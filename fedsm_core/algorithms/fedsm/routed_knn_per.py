@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
-from fedsm_core.algorithms.knn_per.knn_per import KNNPer
+from fedsm_core.algorithms.knn_per.knn_per import KNNPer, score_knn_per
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
 
@@ -80,6 +80,30 @@ class RoutedKNNPer(KNNPer):
         assert p_knn is not None and p_model is not None  # routes covers every image of a non-empty batch
         return p_knn, p_model
 
+    def stored_pixels(self) -> int:
+        """Pixels in all routes' datastores built so far."""
+        return sum(self.datastore_sizes().values())
+
     def datastore_sizes(self) -> dict[int, int]:
         """Route -> pixels in its datastore, for the routes built so far."""
         return {route: len(knn.datastore) for route, knn in sorted(self.per_model.items())}
+
+
+# Keys of a FedSM site's test reply for the super model with kNN-Per (beside plain kNN-Per's on the global model)
+ROUTED_DICE = "dice-super-knn"
+ROUTED_SUFFIX = "-super"
+
+
+def evaluate_routed_knn_per(super_model: SuperModel, train: SegArrays, val: SegArrays, test: SegArrays,
+                            settings: KNNPerSettings, device: torch.device | str) -> dict[str, float]:
+    """A site's kNN-Per on the routed models after FedSM's training, with its cost.
+
+    Returns ``dice-super-knn`` (and ``empty-fp-super-knn``, ``num-empty``) and
+    ``knn-lambda-super``, ``knn-datastore-size-super`` (all routes' datastores),
+    ``knn-build-seconds-super``, ``knn-seconds-per-image-super``, as
+    :func:`~fedsm_core.algorithms.knn_per.knn_per.score_knn_per` computes them.
+    Each route's datastore is built when an image is first routed to it, so
+    its build time falls in the ``lam`` choice (or the test) rather than in
+    ``knn-build-seconds-super``.
+    """
+    return score_knn_per(RoutedKNNPer(super_model, settings, device), train, val, test, ROUTED_DICE, ROUTED_SUFFIX)

@@ -25,7 +25,7 @@ from fedsm_core.algorithms.knn_per.datastore import KNNDatastore
 from fedsm_core.algorithms.knn_per.search import NeighbourIndex, knn_probabilities
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.metrics import ImageScores, dice_per_structure, has_foreground
+from fedsm_core.metrics import ImageScores, dice_per_structure, empty_fp_key, has_foreground
 from fedsm_core.training.batches import iterate_batches
 
 HEAD_NAME = "segmentation_head"
@@ -204,6 +204,10 @@ class KNNPer:
         self.lam = choose_lambda(curve, grid)
         return self.lam
 
+    def stored_pixels(self) -> int:
+        """Pixels in the datastore (what the site holds for kNN-Per)."""
+        return len(self.datastore)
+
     def evaluate(self, test_data: SegArrays, name: str = "dice-knn-per") -> dict[str, float]:
         """Mean per-image Dice of kNN-Per at :attr:`lam` and of the global model alone.
 
@@ -233,25 +237,48 @@ class KNNPer:
 
 def evaluate_knn_per(model: nn.Module, train: SegArrays, val: SegArrays, test: SegArrays,
                      settings: KNNPerSettings, device: torch.device | str) -> dict[str, float]:
-    """A client's whole kNN-Per step after federated training, with its cost.
+    """A client's whole kNN-Per step on ``model`` after federated training, with its cost.
 
-    Builds the datastore from ``train``, chooses ``lam`` on ``val`` and scores
-    ``test``. Returns ``dice-knn-per``, ``knn-lambda``, ``knn-datastore-size``
-    and ``knn-seconds-per-image`` (datastore search and mixing on the test
-    images, the model's forward pass included).
+    See :func:`score_knn_per`; the keys are ``dice-knn-per``, ``empty-fp-knn-per``,
+    ``num-empty``, ``knn-lambda``, ``knn-datastore-size``, ``knn-build-seconds``
+    and ``knn-seconds-per-image``.
+    """
+    return score_knn_per(KNNPer(model, settings, device), train, val, test)
+
+
+def score_knn_per(knn: KNNPer, train: SegArrays, val: SegArrays, test: SegArrays,
+                  name: str = "dice-knn-per", suffix: str = "") -> dict[str, float]:
+    """Build the datastore from ``train``, choose ``lam`` on ``val``, score ``test``.
+
+    Parameters
+    ----------
+    knn : KNNPer
+        Not built yet (a :class:`~fedsm_core.algorithms.fedsm.routed_knn_per.RoutedKNNPer` too).
+    name : str
+        The Dice key (its false-positive rate is ``empty-fp-`` + the rest).
+    suffix : str
+        Appended to the ``knn-*`` keys, so that two predictors' numbers share a reply.
+
+    Returns
+    -------
+    dict[str, float]
+        ``name``, its ``empty-fp-*``, ``num-empty``, ``knn-lambda``, the
+        datastore size in pixels, the seconds to build it and the seconds per
+        test image (datastore search and mixing, the model's forward pass included).
     """
     started = time.perf_counter()
-    knn = KNNPer(model, settings, device).build(train)
+    knn.build(train)
     built = time.perf_counter()
     knn.choose_lambda(val)
     chosen = time.perf_counter()
-    scores = knn.evaluate(test)
+    scores = knn.evaluate(test, name)
     tested = time.perf_counter()
+    empty_fp = empty_fp_key(name)
     return {
-        "dice-knn-per": scores["dice-knn-per"],
-        **{key: value for key, value in scores.items() if key in ("num-empty", "empty-fp-knn-per")},
-        "knn-lambda": knn.lam,
-        "knn-datastore-size": float(len(knn.datastore)),
-        "knn-build-seconds": built - started,
-        "knn-seconds-per-image": (tested - chosen) / max(len(test), 1),
+        name: scores[name],
+        **{key: value for key, value in scores.items() if key in ("num-empty", empty_fp)},
+        f"knn-lambda{suffix}": knn.lam,
+        f"knn-datastore-size{suffix}": float(knn.stored_pixels()),
+        f"knn-build-seconds{suffix}": built - started,
+        f"knn-seconds-per-image{suffix}": (tested - chosen) / max(len(test), 1),
     }

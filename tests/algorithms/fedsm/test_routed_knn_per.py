@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.algorithms.fedsm.routed_knn_per import RoutedKNNPer
+from fedsm_core.algorithms.fedsm.routed_knn_per import RoutedKNNPer, evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
 from fedsm_core.algorithms.knn_per.knn_per import KNNPer
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
 SETTINGS = KNNPerSettings(k=3, capacity=2_000, pixels_per_image=8, backend="torch")
 
@@ -110,3 +113,22 @@ def test_probabilities_before_build_name_the_missing_step():
 
     with pytest.raises(ValueError, match=r"call build\(train_data\) first"):
         knn.probabilities(torch.from_numpy(_split(2, seed=0).images))
+
+
+def test_a_site_step_at_lambda_zero_scores_what_the_super_model_scores():
+    # Prepare: lam may only be 0, so the mix is each image's routed model alone
+    model = _super_model(0.9)
+    train, val, test = _split(10, seed=0), _split(6, seed=1), _split(12, seed=2)
+    settings = dataclasses.replace(SETTINGS, lambda_grid=(0.0,))
+
+    # Execute
+    scores = evaluate_routed_knn_per(model, train, val, test, settings, "cpu")
+    expected = evaluate_super_model(model, 0, test, 4, torch.device("cpu"), routing=False)
+
+    # Assert
+    assert scores["dice-super-knn"] == pytest.approx(expected["dice-super"], abs=1e-12)
+    assert scores["knn-lambda-super"] == 0.0
+    routes = len(set(model.forward_with_routes(torch.from_numpy(test.images))[1].tolist())
+                 | set(model.forward_with_routes(torch.from_numpy(val.images))[1].tolist()))
+    assert scores["knn-datastore-size-super"] == routes * len(train) * SETTINGS.pixels_per_image
+    assert {"knn-build-seconds-super", "knn-seconds-per-image-super"} <= set(scores)
