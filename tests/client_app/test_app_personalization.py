@@ -33,7 +33,7 @@ def _train_message(spec: ModelSpec) -> Message:
 def _spec(run_config: dict) -> ModelSpec:
     config = RunConfig.from_mapping(run_config)
     info = dataset_info(config.dataset)
-    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
+    return config.model_spec(len(info.structures), info.num_sites)
 
 
 def test_apfl_keeps_its_local_model_and_alpha_on_the_node_and_resumes_from_them():

@@ -23,7 +23,7 @@ def _context() -> Context:
 def _spec() -> ModelSpec:
     config = RunConfig.from_mapping(TINY)
     info = dataset_info(config.dataset)
-    return ModelSpec(config.encoder, len(info.structures), info.num_sites, config.selector_width)
+    return config.model_spec(len(info.structures), info.num_sites)
 
 
 def test_the_evaluation_routes_by_the_run_configs_route_by(monkeypatch):

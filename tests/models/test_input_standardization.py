@@ -62,7 +62,7 @@ def test_the_spec_puts_the_layer_in_front_of_every_u_net_and_the_weights_are_the
 
 def test_the_run_setting_reaches_the_spec_and_a_bad_value_is_named():
     assert RunConfig.from_mapping({"input-norm": "per-image"}).model_spec(2, 6).input_norm == "per-image"
-    assert RunConfig().model_spec(2, 6).input_norm == "none"
+    assert RunConfig.from_mapping({"input-norm": "none"}).model_spec(2, 6).input_norm == "none"
     with pytest.raises(ValueError, match="input-norm = 'per-site' is not one of"):
         RunConfig.from_mapping({"input-norm": "per-site"})
 
