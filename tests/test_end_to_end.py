@@ -24,6 +24,24 @@ SELECTOR_ACCURACY_FLOOR = 0.9  # what a fitted head reaches on the tiny generate
 DICE_FLOOR = 0.12
 
 
+# First in the module: it needs no tiny_fedsm runs, so under pytest-xdist it runs while another worker trains them
+# (tests/server_app/test_app_runs.py starts at the same time) instead of this worker waiting for them.
+def test_a_run_that_fails_inside_flwr_exits_non_zero_with_the_servers_error(tmp_path):
+    # Arrange: a checkpoint file that exists (the settings check passes) but is not a checkpoint, so the
+    # ServerApp fails inside the running flwr simulation
+    broken = tmp_path / "checkpoint.pt"
+    broken.write_bytes(b"not a checkpoint")
+
+    # Execute
+    result = run_simulation(tmp_path / "flwr", f"num-server-rounds=1 resume-from='{broken}'")
+
+    # Assert: flwr run --stream exits 0 on a failed run; the script reads the run's real status
+    assert result.returncode != 0
+    assert "finished:failed" in result.stdout + result.stderr
+    assert str(broken) in result.stdout + result.stderr
+    assert superlinks(tmp_path / "flwr") == ""
+
+
 def test_a_run_resumed_through_flwr_on_two_supernodes_gives_the_uninterrupted_in_process_numbers(tmp_path,
                                                                                                 tiny_fedsm):
     # Arrange: round 1 ran in-process and stopped there (tiny_fedsm.first); round 2 goes through flwr run on
@@ -46,19 +64,3 @@ def test_a_run_resumed_through_flwr_on_two_supernodes_gives_the_uninterrupted_in
         folder / "summary.md").read_text()
     assert super_model(torch.rand(2, 3, 32, 32)).shape == (2, 2, 32, 32)
     assert superlinks(tmp_path / "flwr") == ""  # the script stopped the SuperLink it started
-
-
-def test_a_run_that_fails_inside_flwr_exits_non_zero_with_the_servers_error(tmp_path):
-    # Arrange: a checkpoint file that exists (the settings check passes) but is not a checkpoint, so the
-    # ServerApp fails inside the running flwr simulation
-    broken = tmp_path / "checkpoint.pt"
-    broken.write_bytes(b"not a checkpoint")
-
-    # Execute
-    result = run_simulation(tmp_path / "flwr", f"num-server-rounds=1 resume-from='{broken}'")
-
-    # Assert: flwr run --stream exits 0 on a failed run; the script reads the run's real status
-    assert result.returncode != 0
-    assert "finished:failed" in result.stdout + result.stderr
-    assert str(broken) in result.stdout + result.stderr
-    assert superlinks(tmp_path / "flwr") == ""
