@@ -20,7 +20,8 @@ import torch
 
 # Settings whose default changed after a study's committed cells were measured. Each study puts these under its
 # own overrides, so a later sitting's cells are measured like the committed ones (a variant may still override).
-MEASURED_WITH = {"gamma-selection": "validation"}  # the default became "client-average" after these cells
+# The defaults changed after these cells: gamma-selection became "client-average", input-norm "per-image".
+MEASURED_WITH = {"gamma-selection": "validation", "input-norm": "none"}
 
 
 @contextlib.contextmanager

@@ -72,7 +72,7 @@ class RunConfig:
     seed: int = 0
     encoder: str = "mobilenet_v2"
     segmentation_norm: str = setting("auto", "segmentation-norm", choices=NORMS)
-    input_norm: str = setting("none", "input-norm", choices=INPUT_NORMS)
+    input_norm: str = setting("per-image", "input-norm", choices=INPUT_NORMS)
     batch_size: int = owned(TrainingSettings, "batch_size")
     local_epochs: int = owned(TrainingSettings, "local_epochs")
     max_local_steps: int = owned(TrainingSettings, "max_local_steps")
