@@ -86,6 +86,7 @@ class FedSMStrategy(SiteStrategy):
         self.last_counts: dict[str, float] = {}
         self.needed: dict[str, dict[str, list[int]]] = {}  # split -> site -> models its images need
         self.closed_routes: dict[str, list[tuple[int, str]]] = {}  # site -> (round, why) no statistics were accepted
+        self.closed_now: frozenset[str] = frozenset()  # sites whose routes the current selector head closes
 
     def summary(self) -> None:
         """Log the configuration."""
@@ -153,6 +154,7 @@ class FedSMStrategy(SiteStrategy):
         evaluation (:meth:`~fedsm_core.algorithms.fedsm.fedsm.FedSM.fit_selector_head`);
         with fewer than two answers the trained head is kept.
         """
+        self.closed_now = frozenset()
         content = encode_query(records.SELECTOR_STATISTICS, self.fedsm.selector_weights)
         messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
         statistics: dict[str, SelectorStatistics] = {}
@@ -175,6 +177,7 @@ class FedSMStrategy(SiteStrategy):
             log(WARNING, "round %d: selector head kept as trained: %s", server_round, error)
             return
         log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
+        self.closed_now = frozenset(closed)
         for site in closed:  # a site that sent nothing is recorded as one whose reply was rejected
             events = self.closed_routes.setdefault(site, [])
             if not events or events[-1][0] != server_round:
@@ -250,13 +253,20 @@ class FedSMStrategy(SiteStrategy):
         deployed after that round: ``dice-super``, ``share-global`` and
         ``gamma`` (of each site's own model) are those at the chosen gamma,
         not at the configured one. The last round's choice is the run's
-        gamma, used on test and saved.
+        gamma, used on test and saved. A site whose route the selector head
+        closed this round (its statistics missing or rejected) takes no part
+        in the choice: its validation scores, its images sent to other sites'
+        models, would otherwise choose gamma for everyone.
         """
         swept = {site: {**per_site[site], **values} for site, values in lists.items()
                  if "dice-super-sweep" in values and site in per_site}
         if not swept or self.gamma_selection == "fixed":
             return
-        self.gamma = select_gamma(self.gamma_selection, swept, self.gamma)
+        choosing = {site: values for site, values in swept.items() if site not in self.closed_now} or swept
+        if len(choosing) < len(swept):
+            log(INFO, "gamma chosen without the validation scores of %s (closed routes)",
+                ", ".join(sorted(set(swept) - set(choosing))))
+        self.gamma = select_gamma(self.gamma_selection, choosing, self.gamma)
         if isinstance(self.gamma, tuple):
             self._restate_per_model(per_site, swept)
             return

@@ -260,3 +260,30 @@ def test_statistics_whose_count_is_not_the_sites_reported_images_keep_the_traine
 
     # Assert: every site's statistics are rejected, so the head stays as trained
     np.testing.assert_array_equal(strategy.fedsm.selector_weights["classifier.weight"], np.zeros((3, 3)))
+
+
+def test_a_site_with_a_closed_route_takes_no_part_in_choosing_gamma():
+    # Prepare: site-a's statistics are rejected, so its route is closed this round. Client average of the sweeps
+    # (one gamma index each: 6 is 0.30, 10 is 0.50): a peaks at 0.30 (0.9 else 0.5), b and c at 0.50 (0.7 else
+    # 0.6). With a: 0.30 gives (0.9 + 0.6 + 0.6) / 3 = 0.70 > 0.50's (0.5 + 0.7 + 0.7) / 3 = 0.633. Without a: 0.50.
+    strategy = _head_strategy(shrinkage=0.5)
+    strategy.gamma_selection = "client-average"
+    strategy.prepare_evaluation(_statistics_grid(failing=("site-a",)), 3, timeout=1.0, split="val")
+    sweep_a = [0.9 if i == 6 else 0.5 for i in range(21)]
+    sweep_bc = [0.7 if i == 10 else 0.6 for i in range(21)]
+    replies = [_validation_reply("site-a", 0.5, sweep_a, [0.0] * 21, 2),
+               _validation_reply("site-b", 0.6, sweep_bc, [0.0] * 21, 2),
+               _validation_reply("site-c", 0.6, sweep_bc, [0.0] * 21, 2)]
+
+    # Execute
+    strategy.collect_evaluation(3, "val", replies)
+
+    # Assert: b and c choose; a's own Dice is still reported at the chosen gamma
+    assert strategy.gamma == 0.5
+    (_, _, per_site), = strategy.on_evaluate.calls
+    assert per_site["site-a"]["dice-super"] == 0.5 and per_site["site-a"]["gamma"] == 0.5
+
+    # and once every route is open again, a takes part as before
+    strategy.prepare_evaluation(_statistics_grid(), 4, timeout=1.0, split="val")
+    strategy.collect_evaluation(4, "val", replies)
+    assert strategy.gamma == 0.3
