@@ -9,6 +9,7 @@ Message kinds
 * training of one model (FedAvg, FedProx, SCAFFOLD, HarmoFL, FedBN) and its reply;
 * FedSM training (global, own personalized model, selector, its moments) and its reply;
 * FedSM-extra's selector training (the whole super model, the ``K + 1`` selector) and its reply;
+* FedSM's final fine-tuning (the final global model) and its reply (the site's personalized model);
 * evaluation of one model, or of the super model (Algorithm 2's inputs and gamma);
 * queries: which node this is, a site's data sizes and pixel statistics, the
   embedding statistics of a selector.
@@ -149,4 +150,26 @@ def encode_selector_reply(weights: Weights, moments: Weights, metrics: Metrics, 
         records.SELECTOR: records.to_record(weights),
         records.SELECTOR_OPTIMIZER: records.to_record(moments),
         records.METRICS: records.to_metrics({**metrics, "num-examples": num_examples}),
+    })
+
+
+# --- FedSM's final fine-tuning ------------------------------------------------------------------------
+
+FINE_TUNE = "fine-tune"  # the phase of the message sent after FedSM's last round (fine-tune-passes > 0)
+
+
+def encode_fine_tune(global_weights: Weights, server_round: int) -> RecordDict:
+    """The final global model, for a site to fine-tune into its personalized model (phase ``fine-tune``)."""
+    return RecordDict({
+        records.GLOBAL: records.to_record(global_weights),
+        records.CONFIG: records.to_config({"server-round": server_round, "phase": FINE_TUNE}),
+    })
+
+
+def encode_fine_tune_reply(weights: Weights, passes: int, curve: Sequence[float], num_examples: int) -> RecordDict:
+    """A site's fine-tuned personalized model, the passes it kept and its validation Dice before and after."""
+    return RecordDict({
+        records.PERSONAL: records.to_record(weights),
+        records.METRICS: records.to_metrics({"fine-tune-passes": passes, "fine-tune-val-dice-before": curve[0],
+                                             "fine-tune-val-dice": curve[passes], "num-examples": num_examples}),
     })

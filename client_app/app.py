@@ -29,11 +29,13 @@ from app_protocol.evaluate_messages import (
     encode_statistics_reply,
 )
 from app_protocol.train_messages import (
+    FINE_TUNE,
     TrainRequest,
     decode_fedsm_train,
     decode_personalized,
     decode_train,
     encode_fedsm_reply,
+    encode_fine_tune_reply,
     encode_model_reply,
     encode_selector_reply,
 )
@@ -43,6 +45,7 @@ from client_app.site import node_data_paths, node_device, node_identity, site_of
 from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
+from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_validation
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.routed_knn_per import evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
@@ -209,8 +212,18 @@ def train(msg: Message, context: Context) -> Message:
 
 
 def train_fedsm(job: SiteJob) -> RecordDict:
-    """FedSM's Algorithm 1 on the local training split."""
+    """FedSM's Algorithm 1 on the local training split; after the last round (phase ``fine-tune``), fine-tuning."""
+    if job.request.phase == FINE_TUNE:
+        return fine_tune_site(job)
     return _fedsm_round(job, job.settings)
+
+
+def fine_tune_site(job: SiteJob) -> RecordDict:
+    """The final global model fine-tuned on the training split, the pass chosen on validation (``fine-tune-passes``)."""
+    settings = dataclasses.replace(job.settings, lr=job.config.lr)  # the base lr, whatever the schedule reached
+    tuned = fine_tune_on_validation(job.spec, job.request.weights[records.GLOBAL], job.site.train, job.site.val,
+                                    job.config.fine_tune_passes, settings, job.device)
+    return encode_fine_tune_reply(tuned.weights, tuned.passes, tuned.curve, len(job.site.train.images))
 
 
 def train_fedsm_extra(job: SiteJob) -> RecordDict:

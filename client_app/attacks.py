@@ -56,7 +56,9 @@ def attacked_reply(content: RecordDict, received: Mapping[str, Weights], attacks
         content[records.GLOBAL] = records.to_record(bad)
     if "poison-personalized" in attacks and records.PERSONAL in content:
         trained = records.from_record(content[records.PERSONAL])
-        content[records.PERSONAL] = records.to_record(sign_flipped(received[records.PERSONAL], trained, scale))
+        # a fine-tuning reply's personalized model started from the global model it was sent
+        start = received[records.PERSONAL] if records.PERSONAL in received else received[records.GLOBAL]
+        content[records.PERSONAL] = records.to_record(sign_flipped(start, trained, scale))
     if "inflate-count" in attacks:
         metrics = content[records.METRICS]
         metrics["num-examples"] = int(metrics["num-examples"]) * INFLATION

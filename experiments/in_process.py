@@ -22,6 +22,7 @@ import torch
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
+from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned, fine_tune_on_validation
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
@@ -111,6 +112,21 @@ def fit_selector_head(federation: Federation) -> None:
     federation.fedsm.fit_selector_head(statistics, config.selector_shrinkage)
 
 
+def fine_tune(federation: Federation, max_passes: int) -> dict[str, FineTuned]:
+    """``fine-tune-passes``: every site's personalized model becomes its fine-tuned global model, as in the app.
+
+    The ClientApp's request carries round ``num-server-rounds + 1``
+    (:mod:`server_app.strategies.fine_tuning`); the fine-tuning runs at the base ``lr``.
+    """
+    config, tuned = federation.config, {}
+    for index, site in enumerate(federation.sites):
+        settings = dataclasses.replace(config.round_settings(config.num_server_rounds + 1, index), lr=config.lr)
+        tuned[site.name] = fine_tune_on_validation(federation.spec, federation.fedsm.global_weights, site.train,
+                                                   site.val, max_passes, settings, federation.device)
+        federation.fedsm.personalized[site.name] = tuned[site.name].weights
+    return tuned
+
+
 def super_model(federation: Federation, gamma: Gamma) -> SuperModel:
     """The server's current super model as modules."""
     fedsm = federation.fedsm
@@ -153,6 +169,8 @@ def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:
         began = _clock(federation.device)
         result["train-images"].append(train_round(federation, server_round))
         result["train-seconds"].append(_clock(federation.device) - began)
+        if server_round == config.num_server_rounds and config.fine_tune_passes:
+            fine_tune(federation, config.fine_tune_passes)
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             fit_selector_head(federation)
             validation = evaluate(federation, "val", config.gamma)

@@ -132,6 +132,7 @@ class RunConfig:
     gamma: float = owned(FedSMSettings, "gamma")
     gamma_selection: str = owned(FedSMSettings, "gamma_selection")
     route_by: str = owned(FedSMSettings, "route_by")
+    fine_tune_passes: int = owned(FedSMSettings, "fine_tune_passes")
     eval_every: int = setting(5, "eval-every", low=1, high=100_000)
     stop_window: int = owned(StoppingSettings, "window")
     stop_min_gain: float = owned(StoppingSettings, "min_gain")
@@ -342,6 +343,10 @@ def _check_across(config: RunConfig) -> None:
         raise ValueError(f"attack = '{config.attack}': {fedsm_attacks} attack FedSM's personalized models or "
                          f"selector, which strategy = '{config.strategy}' has none of; use 'sign-flip', 'noise', "
                          "'label-flip' or 'inflate-count'")
+    if config.fine_tune_passes and (method(config.strategy).extra_selector or family != "fedsm" or config.stop_window):
+        raise ValueError(f"fine-tune-passes = {config.fine_tune_passes} fine-tunes FedSM's personalized models after "
+                         f"its last round; it needs strategy 'fedsm' (got '{config.strategy}') and a fixed number "
+                         f"of rounds (stop-window = 0, got {config.stop_window}). Set fine-tune-passes = 0 otherwise")
     if config.stop_window and method(config.strategy).extra_selector:
         raise ValueError(
             f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "

@@ -57,9 +57,10 @@ def test_every_owned_key_takes_its_default_from_its_owner():
 
 def test_every_owned_key_reaches_its_owners_field():
     # Execute: every owned key changed at once, in one run config
-    # local-steps replaces local-epochs and max-local-steps, and a robust aggregation excludes FedNova's
-    # average, so each is changed on its own below
-    assert set(CHANGED) | {"local-steps", "aggregation"} == set(OWNED), "CHANGED must cover every owned key"
+    # local-steps replaces local-epochs and max-local-steps, a robust aggregation excludes FedNova's
+    # average, and final fine-tuning needs a fixed number of rounds, so each is changed on its own below
+    alone = {"local-steps", "aggregation", "fine-tune-passes"}
+    assert set(CHANGED) | alone == set(OWNED), "CHANGED must cover every owned key"
     config = RunConfig.from_mapping({"strategy": "fedsm", "num-server-rounds": 10, **CHANGED})
 
     # Assert: each owner's field holds the changed value
@@ -73,6 +74,7 @@ def test_every_owned_key_reaches_its_owners_field():
     assert config.knn_settings.seed == config.seed
     assert RunConfig.from_mapping({"local-steps": 6}).training_settings.local_steps == 6
     assert RunConfig.from_mapping({"aggregation": "median"}).aggregation_settings.name == "median"
+    assert RunConfig.from_mapping({"fine-tune-passes": 7}).fedsm_settings.fine_tune_passes == 7
 
 
 def test_round_settings_join_training_fedsm_personalization_and_harmofl():

@@ -30,6 +30,7 @@ import argparse
 import collections
 import csv
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -190,8 +191,12 @@ def table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
-    """The command line of a re-scoring script: the ladder's --out and the cells, named as the ladder names them."""
+def arguments(description: str, argv: list[str] | None,
+              more: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The command line of a re-scoring script: the ladder's --out and the cells, named as the ladder names them.
+
+    ``more(parser)``, when given, adds the script's own options.
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True, help="the ladder's --out (its runs/ hold the checkpoints)")
     parser.add_argument("--datasets", nargs="+", required=True)
@@ -200,6 +205,8 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-config", default="")
     parser.add_argument("--variant", default="")
     parser.add_argument("--variant-config", default="")
+    if more is not None:
+        more(parser)
     return parser.parse_args(argv)
 
 

@@ -278,6 +278,13 @@ MEANINGS: dict[str, str] = {
         "to every slice of the case. Images whose id names no case (fundus) are routed alone either way "
         "(docs/algorithm.md)"
     ),
+    "fine-tune-passes": (
+        "0: the personalized models are the ones the rounds trained (the paper). `E > 0`: after the last round every "
+        "site fine-tunes the final global model on its training split for up to `E` passes (one Adam at `lr`) and "
+        "keeps the pass best on its validation split as its personalized model, in place of SoftPull's; the last "
+        "validation then chooses gamma for the fine-tuned super model. Strategy `fedsm` with a fixed number of "
+        "rounds (`stop-window = 0`) only (docs/algorithm.md)"
+    ),
     "eval-every": (
         "validation every this many rounds (the last round always); a FedSM validation round sends the whole super "
         "model (global, K personalized, selector) to every site, which costs about as much as a training round"

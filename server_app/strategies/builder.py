@@ -76,7 +76,8 @@ def _build_fedsm(setup: Setup) -> tuple[SiteStrategy, Saver]:
     shrinkage = config.selector_shrinkage if config.selector_head == "fitted" else None
     strategy = FedSMStrategy(fedsm, setup.nodes, setup.plan, setup.on_evaluate, gamma=config.gamma,
                              gamma_selection=config.gamma_selection, selector_shrinkage=shrinkage,
-                             statistics_views=views_per_image(config.augmentation != "none"))
+                             statistics_views=views_per_image(config.augmentation != "none"),
+                             fine_tune_passes=config.fine_tune_passes)
     return strategy, _super_model_saver(setup, fedsm, strategy)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING
 
@@ -26,6 +27,7 @@ from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
 from fedsm_core.models.weights import Weights
 from server_app.discovery import SiteNode
 from server_app.round_plan import RoundPlan
+from server_app.strategies.fine_tuning import SiteFineTuning, fine_tune_sites, fine_tuning_notes
 from server_app.strategies.site_strategy import EvaluationSink, SiteStrategy
 
 
@@ -76,9 +78,12 @@ class FedSMStrategy(SiteStrategy):
         gamma_selection: str = "fixed",
         selector_shrinkage: float | None = None,
         statistics_views: int | None = None,
+        fine_tune_passes: int = 0,
     ) -> None:
         super().__init__(nodes, plan, on_evaluate)
         self.fedsm = fedsm
+        self.fine_tune_passes = fine_tune_passes
+        self.fine_tuned: list[SiteFineTuning] | None = None  # set once the sites fine-tuned (fine-tune-passes > 0)
         self.selector_shrinkage = selector_shrinkage
         self.statistics_views = statistics_views
         self.gamma: Gamma = gamma
@@ -140,7 +145,12 @@ class FedSMStrategy(SiteStrategy):
         self.fedsm.fix_amplitude(self.plan.amplitude, updates)
 
     def prepare_evaluation(self, grid: Grid, server_round: int, timeout: float, split: str) -> None:
-        """Before validation, fit the selector head (``selector-head = fitted``); ask which models each site needs."""
+        """Before validation, fit the selector head (``selector-head = fitted``); ask which models each site needs.
+
+        Before the last round's validation, with ``fine-tune-passes`` set, the sites first fine-tune.
+        """
+        if split == "val" and self.fine_tune_passes and server_round == self.num_rounds and self.fine_tuned is None:
+            self.fine_tuned = fine_tune_sites(self, self.fedsm, self.fine_tune_passes, grid, server_round, timeout)
         if split == "val" and self.selector_shrinkage is not None:
             self._fit_selector_head(grid, server_round, timeout)
         self.needed[split] = self._ask_needed_models(grid, server_round, timeout, split)
@@ -217,7 +227,8 @@ class FedSMStrategy(SiteStrategy):
         return {**super().state_dict(), "global": self.fedsm.global_weights, "personalized": self.fedsm.personalized,
                 "selector": self.fedsm.selector_weights, "selector-optimizer": self.fedsm.selector_optimizer,
                 "gamma": self.gamma, "last-counts": self.last_counts,
-                "server-optimizer": self.fedsm.global_optimizer.state_dict()}
+                "server-optimizer": self.fedsm.global_optimizer.state_dict(),
+                "fine-tuned": None if self.fine_tuned is None else [dataclasses.astuple(e) for e in self.fine_tuned]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
@@ -229,6 +240,8 @@ class FedSMStrategy(SiteStrategy):
         self.gamma = check_gamma(state["gamma"])
         self.last_counts = dict(state["last-counts"])
         self.fedsm.global_optimizer.load_state_dict(state.get("server-optimizer", {}))  # none in older checkpoints
+        tuned = state.get("fine-tuned")
+        self.fine_tuned = None if tuned is None else [SiteFineTuning(*entry) for entry in tuned]
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """The super model for each site, with only the personalized models the site said it needs."""
@@ -307,7 +320,7 @@ class FedSMStrategy(SiteStrategy):
         if self.gamma_selection == "client-average":
             average = pool_sweeps({site: (dice, 1.0) for site, (dice, _) in sweeps.items()}, GAMMA_GRID)
             notes.append(f"client-average validation Dice of the super model by gamma: {_by_gamma(average)}")
-        notes += closed
+        notes += closed + fine_tuning_notes(self.fine_tuned or [], self.fedsm.site_names, self.fine_tune_passes)
         if self.gamma_selection != "fixed":
             notes.append(f"gamma chosen on validation: {describe_gamma(self.gamma, self.fedsm.site_names)}")
             log(INFO, "gamma chosen on validation data: %s", describe_gamma(self.gamma, self.fedsm.site_names))

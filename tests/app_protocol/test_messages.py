@@ -36,6 +36,8 @@ from app_protocol.train_messages import (
     encode_extra_selector_train,
     encode_fedsm_reply,
     encode_fedsm_train,
+    encode_fine_tune,
+    encode_fine_tune_reply,
     encode_model_reply,
     encode_model_train,
     encode_selector_reply,
@@ -87,6 +89,17 @@ def test_extra_selector_round_trip_keeps_the_site_order_of_the_personalized_mode
     reply = encode_selector_reply(w(1.0), w(2.0), {"loss": 0.5}, 4)
     decoded = decode_weights(reply, [records.SELECTOR, records.SELECTOR_OPTIMIZER])
     assert same(decoded[records.SELECTOR], w(1.0)) and reply[records.METRICS]["num-examples"] == 4
+
+
+def test_fine_tune_request_and_reply_round_trip():
+    request = decode_train(encode_fine_tune(w(9.0), 31))
+    assert request.phase == "fine-tune" and request.server_round == 31
+    assert same(request.weights[records.GLOBAL], w(9.0)) and set(request.weights) == {records.GLOBAL}
+    reply = encode_fine_tune_reply(w(1.0), 2, [0.5, 0.6, 0.7, 0.65], 4)
+    assert same(decode_weights(reply, [records.PERSONAL])[records.PERSONAL], w(1.0))
+    metrics = reply[records.METRICS]
+    assert (metrics["fine-tune-passes"], metrics["fine-tune-val-dice-before"], metrics["fine-tune-val-dice"],
+            metrics["num-examples"]) == (2, 0.5, 0.7, 4)
 
 
 @pytest.mark.parametrize("gamma", [0.35, (0.0, 1.0, 0.5)])

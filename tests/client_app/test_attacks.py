@@ -43,3 +43,16 @@ def test_the_reply_carries_the_flipped_model_and_the_inflated_count():
     # Assert: w - (w_k - w) = [0, -1]; 100 x 12 images claimed
     np.testing.assert_array_equal(records.from_record(attacked[records.GLOBAL])["w"], [0.0, -1.0])
     assert attacked[records.METRICS]["num-examples"] == 12 * INFLATION
+
+
+def test_a_poisoned_fine_tuned_model_is_flipped_about_the_global_model_it_started_from():
+    # Prepare: a fine-tuning request carries only the global model w = [1, 1]; the site fine-tuned it to [2, 3]
+    sent = {records.GLOBAL: {"w": np.array([1.0, 1.0])}}
+    content = RecordDict({records.PERSONAL: records.to_record({"w": np.array([2.0, 3.0])}),
+                          records.METRICS: records.to_metrics({"num-examples": 12})})
+
+    # Execute
+    attacked = attacked_reply(content, sent, ("poison-personalized",), 1.0, seed=0)
+
+    # Assert: w - 1 * (v - w) = [1 - 1, 1 - 2]
+    np.testing.assert_array_equal(records.from_record(attacked[records.PERSONAL])["w"], [0.0, -1.0])

@@ -58,6 +58,12 @@ class FedSMSettings:
         ``image``: Algorithm 2 routes every image alone (the paper); ``case``:
         once per case from the mean of its slices' selector log-probabilities,
         the route applying to every slice of the case (``route-by``).
+    fine_tune_passes : int
+        0: the personalized models are the ones the rounds trained (the paper).
+        ``E > 0``: after the last round every site fine-tunes the final global
+        model for up to ``E`` passes and keeps the pass best on its validation
+        split as its personalized model
+        (:mod:`fedsm_core.algorithms.fedsm.final_fine_tuning`; ``fine-tune-passes``).
     """
 
     softpull_lambda: float = setting(0.99, "softpull-lambda", low=0.0, high=1.0, allowed="[1/K, 1]")
@@ -72,6 +78,7 @@ class FedSMSettings:
     gamma_selection: str = setting("client-average", "gamma-selection", choices=GAMMA_SELECTIONS)
     extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
     route_by: str = setting("image", "route-by", choices=ROUTE_BY)
+    fine_tune_passes: int = setting(0, "fine-tune-passes", low=0, high=10_000)
 
     def __post_init__(self) -> None:
         check_settings(self)

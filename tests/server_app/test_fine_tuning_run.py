@@ -1,0 +1,48 @@
+"""A FedSM run with ``fine-tune-passes``: after the last round each site's personalized model is its fine-tuned global.
+
+Through the real ServerApp and ClientApp handlers, in-process (``tests/support/in_process_grid.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.in_process_grid import TINY
+
+from fedsm_core.config import RunConfig
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
+
+ONE_ROUND = TINY.replace("num-server-rounds=2", "num-server-rounds=1")
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[key], b[key]) for key in a)
+
+
+def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_personalized_model(tiny_fedsm,
+                                                                                              in_process_app):
+    # Execute: the session's one-round tiny FedSM run again, with two fine-tuning passes after its round
+    folder, rows, grid = in_process_app(f"{ONE_ROUND} fine-tune-passes=2")
+
+    # Assert: the rounds trained the same global model as without fine-tuning; each personalized model is now
+    # the global model after the pass its site chose (pass 0: the global model itself), not SoftPull's
+    state = load_checkpoint(folder / CHECKPOINT_FILE)["state"]
+    plain = load_checkpoint(tiny_fedsm.first / CHECKPOINT_FILE)["state"]
+    assert _same(state["global"], plain["global"])
+    passes = {site: passes for site, passes, _, _ in state["fine-tuned"]}
+    assert set(passes) == {f"site-{i}" for i in range(1, 7)} and all(0 <= p <= 2 for p in passes.values())
+    for site, kept in passes.items():
+        assert _same(state["personalized"][site], state["global"]) == (kept == 0), site
+        assert not _same(state["personalized"][site], plain["personalized"][site]), site
+    # the kept pass is never worse on the site's validation split than the global model it started from
+    assert all(after >= before for _, _, before, after in state["fine-tuned"])
+    summary = (folder / "summary.md").read_text()
+    assert "personalized models fine-tuned from the final global model after the last round" in summary
+    assert sum("fine-tuned the global model into its personalized model" in line for line in grid.log) == 6
+    assert {r["split"] for r in rows} >= {"val", "test"}
+
+
+@pytest.mark.parametrize("settings", [{"strategy": "fedsm-extra"}, {"strategy": "fedavg"}, {"stop-window": 3}])
+def test_fine_tuning_outside_a_fixed_length_fedsm_run_is_refused_before_it_starts(settings):
+    with pytest.raises(ValueError, match=r"fine-tune-passes = 5 .*strategy 'fedsm'"):
+        RunConfig.from_mapping({"fine-tune-passes": 5, **settings})
