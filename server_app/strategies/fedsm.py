@@ -228,7 +228,8 @@ class FedSMStrategy(SiteStrategy):
                 "selector": self.fedsm.selector_weights, "selector-optimizer": self.fedsm.selector_optimizer,
                 "gamma": self.gamma, "last-counts": self.last_counts,
                 "server-optimizer": self.fedsm.global_optimizer.state_dict(),
-                "fine-tuned": None if self.fine_tuned is None else [dataclasses.astuple(e) for e in self.fine_tuned]}
+                "fine-tuned": None if self.fine_tuned is None else {
+                    "round": self.num_rounds, "sites": [dataclasses.astuple(e) for e in self.fine_tuned]}}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`'s output."""
@@ -241,7 +242,11 @@ class FedSMStrategy(SiteStrategy):
         self.last_counts = dict(state["last-counts"])
         self.fedsm.global_optimizer.load_state_dict(state.get("server-optimizer", {}))  # none in older checkpoints
         tuned = state.get("fine-tuned")
-        self.fine_tuned = None if tuned is None else [SiteFineTuning(*entry) for entry in tuned]
+        if tuned is not None and tuned["round"] < self.num_rounds:
+            raise ValueError(f"the checkpoint's personalized models were fine-tuned after its last round, "
+                             f"{tuned['round']} (fine-tune-passes), so the run cannot continue to round "
+                             f"{self.num_rounds}; start a new run with num-server-rounds = {self.num_rounds}")
+        self.fine_tuned = None if tuned is None else [SiteFineTuning(*entry) for entry in tuned["sites"]]
 
     def evaluation_messages(self, split: str) -> list[Message]:
         """The super model for each site, with only the personalized models the site said it needs."""

@@ -29,17 +29,23 @@ def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_pe
     state = load_checkpoint(folder / CHECKPOINT_FILE)["state"]
     plain = load_checkpoint(tiny_fedsm.first / CHECKPOINT_FILE)["state"]
     assert _same(state["global"], plain["global"])
-    passes = {site: passes for site, passes, _, _ in state["fine-tuned"]}
+    assert state["fine-tuned"]["round"] == 1
+    passes = {site: passes for site, passes, _, _ in state["fine-tuned"]["sites"]}
     assert set(passes) == {f"site-{i}" for i in range(1, 7)} and all(0 <= p <= 2 for p in passes.values())
     for site, kept in passes.items():
         assert _same(state["personalized"][site], state["global"]) == (kept == 0), site
         assert not _same(state["personalized"][site], plain["personalized"][site]), site
     # the kept pass is never worse on the site's validation split than the global model it started from
-    assert all(after >= before for _, _, before, after in state["fine-tuned"])
+    assert all(after >= before for _, _, before, after in state["fine-tuned"]["sites"])
     summary = (folder / "summary.md").read_text()
     assert "personalized models fine-tuned from the final global model after the last round" in summary
     assert sum("fine-tuned the global model into its personalized model" in line for line in grid.log) == 6
     assert {r["split"] for r in rows} >= {"val", "test"}
+
+    # Execute: extending the run past its fine-tuned round
+    # Assert: refused, since SoftPull would continue from the fine-tuned models
+    with pytest.raises(ValueError, match="fine-tuned after its last round, 1 .* start a new run"):
+        in_process_app(f"{TINY} fine-tune-passes=2 resume-from='{folder / CHECKPOINT_FILE}'", name="extended")
 
 
 @pytest.mark.parametrize("settings", [{"strategy": "fedsm-extra"}, {"strategy": "fedavg"}, {"stop-window": 3}])
