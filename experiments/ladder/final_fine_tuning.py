@@ -26,7 +26,15 @@ import sys
 import numpy as np
 
 from experiments import in_process
-from experiments.ladder.gamma_rules import arguments, rescore_cells, score_rules, section_head, seed_cells, sweep
+from experiments.ladder.gamma_rules import (
+    arguments,
+    rescore_cells,
+    score_rules,
+    section_head,
+    sections,
+    seed_cells,
+    sweep,
+)
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 
 COLUMNS = ("dataset", "method", "seed", "models", "rule", "gamma", "site", "dice", "passes")
@@ -84,9 +92,8 @@ def table(rows: list[dict[str, str]]) -> str:
              "trained and with each site's fine-tuned global model in their place (pass chosen on the site's "
              "validation split); gamma by each rule of `gamma_rules.md`; `own`: each site's personalized model "
              "alone.", ""]
-    for (dataset, method), cells in sorted(groups.items()):
-        seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
-        lines += section_head(f"{dataset}, {method}", seeds, MODELS, ("change", "passes kept"))
+    for title, cells, seeds in sections(groups):
+        lines += section_head(title, seeds, MODELS, ("change", "passes kept"))
         for rule in RULES:
             means = {m: [np.mean([float(r["dice"]) for r in cells[(m, rule)][s]]) if s in cells[(m, rule)] else None
                          for s in seeds] for m in MODELS}

@@ -158,6 +158,12 @@ def seed_cells(values: list[float | None]) -> list[str]:
     return [f"{v:.4f}" if v is not None else "" for v in values] + [f"{np.mean(known):.4f}" if known else ""]
 
 
+def sections(groups: dict) -> list[tuple[str, dict, list[int]]]:
+    """``(dataset, method) -> key -> seed -> ...`` as ``(title, that cell's mapping, its seeds)``, sorted."""
+    return [(f"{dataset}, {method}", cells, sorted({seed for by_seed in cells.values() for seed in by_seed}))
+            for (dataset, method), cells in sorted(groups.items())]
+
+
 def section_head(title: str, seeds: list[int], quantities: tuple[str, ...], more: tuple[str, ...]) -> list[str]:
     """A table's heading and header rows: ``rule``, then each quantity by seed with its mean, then ``more``."""
     per_seed = " | ".join(f"seed {s}" for s in seeds)
@@ -177,9 +183,8 @@ def table(rows: list[dict[str, str]]) -> str:
              "no training). Client-average Dice of the super model. `2-fold validation`: gamma chosen on one half of "
              "each site's validation images, scored on the other, both ways round (never reads test); `test`: "
              "chosen on all validation images, scored on test.", ""]
-    for (dataset, method), cells in sorted(groups.items()):
-        seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
-        lines += section_head(f"{dataset}, {method}", seeds, ("2-fold validation", "test"), ("gamma chosen for test",))
+    for title, cells, seeds in sections(groups):
+        lines += section_head(title, seeds, ("2-fold validation", "test"), ("gamma chosen for test",))
         for rule in RULES:
             shown = []
             for split in (FOLDS, TEST):

@@ -28,6 +28,7 @@ from experiments.ladder.gamma_rules import (
     describe_rule,
     rescore_cells,
     section_head,
+    sections,
     seed_cells,
     site_gammas,
     sweep,
@@ -72,9 +73,8 @@ def table(rows: list[dict[str, str]]) -> str:
              "training). Client-average test Dice of the super model without and with kNN-Per on each image's "
              "routed model (datastore of the site's training pixels, `lam` chosen on the site's validation split); "
              "gamma by each rule of `gamma_rules.md`.", ""]
-    for (dataset, method), by_rule in sorted(groups.items()):
-        seeds = sorted({seed for cells in by_rule.values() for seed in cells})
-        lines += section_head(f"{dataset}, {method}", seeds, ("super", "+ kNN-Per"), ("change", "lambdas chosen"))
+    for title, by_rule, seeds in sections(groups):
+        lines += section_head(title, seeds, ("super", "+ kNN-Per"), ("change", "lambdas chosen"))
         for rule in RULES:
             cells = by_rule.get(rule, {})
             plain = [np.mean([float(r["dice-super"]) for r in cells[s]]) if s in cells else None for s in seeds]
