@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import Context, RecordDict
+from flwr.app import Context, Message, MessageType, RecordDict
 
+from app_protocol.records import METRICS, PERSONAL, from_record, with_route
+from app_protocol.train_messages import encode_fine_tune
 from client_app import app as client
 from experiments import in_process
 from fedsm_core.config import RunConfig
@@ -72,3 +74,27 @@ def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):
 def test_the_loop_refuses_what_it_does_not_run():
     with pytest.raises(ValueError, match="strategy = 'fedavg'.*FedSM only"):
         in_process.prepare(RunConfig.from_mapping({**TINY, "strategy": "fedavg"}))
+
+
+def test_the_loops_final_fine_tuning_equals_the_apps_bit_for_bit():
+    # Prepare: one round in the loop and through the app's handlers (equal, as the test above shows)
+    settings = {**TINY, "fine-tune-passes": 2}
+    federation = in_process.prepare(RunConfig.from_mapping(settings))
+    in_process.train_round(federation, 1)
+    app = _app_rounds(settings, 1)
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
+
+    # Execute
+    tuned = in_process.fine_tune(federation, 2)
+    # the request the strategy sends each site after round 1 (server_app/strategies/fine_tuning.py)
+    replies = {site.name: client.train(Message(with_route(encode_fine_tune(app.global_weights, 2), site.name),
+                                               message_type=MessageType.TRAIN, dst_node_id=7), context)
+               for site in federation.sites}
+
+    # Assert: every site kept the same pass and the same weights either way (some moved off the global model)
+    assert any(result.passes > 0 for result in tuned.values())
+    for site, reply in replies.items():
+        assert int(reply.content[METRICS]["fine-tune-passes"]) == tuned[site].passes, site
+        theirs = from_record(reply.content[PERSONAL])
+        for key, value in federation.fedsm.personalized[site].items():
+            np.testing.assert_array_equal(value, theirs[key], err_msg=f"{site}: {key}")
