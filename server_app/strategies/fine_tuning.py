@@ -65,7 +65,7 @@ def fine_tune_sites(strategy: SiteStrategy, fedsm: FedSM, max_passes: int, grid:
         done.append(SiteFineTuning(site, int(metrics.get("fine-tune-passes", -1)),
                                    float(metrics.get("fine-tune-val-dice-before", float("nan"))),
                                    float(metrics.get("fine-tune-val-dice", float("nan")))))
-        log(INFO, "round %d: %s fine-tuned the global model into its personalized model: %s", server_round, site,
+        log(INFO, "round %d: fine-tuned the global model into a personalized model: %s", server_round,
             done[-1].describe(max_passes))
     kept = sorted(set(fedsm.site_names) - {entry.site for entry in done})
     if kept:

@@ -39,7 +39,7 @@ def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_pe
     assert all(after >= before for _, _, before, after in state["fine-tuned"]["sites"])
     summary = (folder / "summary.md").read_text()
     assert "personalized models fine-tuned from the final global model after the last round" in summary
-    assert sum("fine-tuned the global model into its personalized model" in line for line in grid.log) == 6
+    assert sum("fine-tuned the global model into a personalized model: site-" in line for line in grid.log) == 6
     assert {r["split"] for r in rows} >= {"val", "test"}
 
     # Execute: extending the run past its fine-tuned round
