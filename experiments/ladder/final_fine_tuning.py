@@ -26,15 +26,7 @@ import sys
 import numpy as np
 
 from experiments import in_process
-from experiments.ladder.gamma_rules import (
-    arguments,
-    rescore_cells,
-    score_rules,
-    section_head,
-    sections,
-    seed_cells,
-    sweep,
-)
+from experiments.ladder import gamma_rules
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 
 COLUMNS = ("dataset", "method", "seed", "models", "rule", "gamma", "site", "dice", "passes")
@@ -50,8 +42,9 @@ def score_models(federation: in_process.Federation, models: str, passes: dict[st
         model = federation.spec.load_segmentation(federation.fedsm.personalized[name], name)
         dice = evaluate_model(model, site.test, federation.config.batch_size * 2, federation.device)["dice-global"]
         rows.append((models, "own", "", name, float(dice), passes.get(name, "")))
-    validation = sweep(federation, {name: site.val for name, site in sites.items()})
-    for rule, (gamma, dice) in score_rules(federation, validation, {n: s.test for n, s in sites.items()}).items():
+    validation = gamma_rules.sweep(federation, {name: site.val for name, site in sites.items()})
+    scored = gamma_rules.score_rules(federation, validation, {n: s.test for n, s in sites.items()})
+    for rule, (gamma, dice) in scored.items():
         if rule in RULES:
             rows += [(models, rule, gamma, name, value, passes.get(name, "")) for name, value in dice.items()]
     return rows
@@ -92,8 +85,8 @@ def table(rows: list[dict[str, str]]) -> str:
              "trained and with each site's fine-tuned global model in their place (pass chosen on the site's "
              "validation split); gamma by each rule of `gamma_rules.md`; `own`: each site's personalized model "
              "alone.", ""]
-    for title, cells, seeds in sections(groups):
-        lines += section_head(title, seeds, MODELS, ("change", "passes kept"))
+    for title, cells, seeds in gamma_rules.sections(groups):
+        lines += gamma_rules.section_head(title, seeds, MODELS, ("change", "passes kept"))
         for rule in RULES:
             means = {m: [np.mean([float(r["dice"]) for r in cells[(m, rule)][s]]) if s in cells[(m, rule)] else None
                          for s in seeds] for m in MODELS}
@@ -101,7 +94,8 @@ def table(rows: list[dict[str, str]]) -> str:
                      if a is not None and b is not None]
             change = f"{100 * np.mean([b - a for a, b in pairs]):+.2f} pt" if pairs else ""
             kept = sorted({int(r["passes"]) for s in seeds for r in cells[("fine-tuned", rule)].get(s, [])})
-            lines.append(f"| {rule} | " + " | ".join(seed_cells(means["softpull"]) + seed_cells(means["fine-tuned"]))
+            shown = gamma_rules.seed_cells(means["softpull"]) + gamma_rules.seed_cells(means["fine-tuned"])
+            lines.append(f"| {rule} | " + " | ".join(shown)
                          + f" | {change} | {', '.join(map(str, kept))} |")
         lines.append("")
     return "\n".join(lines)
@@ -109,9 +103,9 @@ def table(rows: list[dict[str, str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Re-score the finished FedSM cells not yet in ``final_fine_tuning.csv``."""
-    args = arguments(__doc__.split("\n\n")[0], argv, lambda parser: parser.add_argument(
+    args = gamma_rules.arguments(__doc__.split("\n\n")[0], argv, lambda parser: parser.add_argument(
         "--max-passes", type=int, default=20, help="most passes each site fine-tunes the global model for"))
-    return rescore_cells(args, "final_fine_tuning", COLUMNS, scorer(args.max_passes), table)
+    return gamma_rules.rescore_cells(args, "final_fine_tuning", COLUMNS, scorer(args.max_passes), table)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from experiments.ladder import gamma_rules, routed_knn
+from experiments.ladder import final_fine_tuning, gamma_rules, routed_knn
 from experiments.ladder import run_ladder as ladder
 from experiments.runner import parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
@@ -94,3 +94,23 @@ def test_routed_knn_without_its_mix_is_the_super_model_each_rule_scores(trained_
         assert {r["gamma"] for r in rows if r["rule"] == rule} == {r["gamma"] for r in rescored if r["rule"] == rule}
     assert all(float(r["knn-lambda"]) in LAMBDA_GRID for r in rows)
     assert "## synthetic-fundus, fedsm" in (trained_cell / "routed_knn.md").read_text()
+
+
+def test_final_fine_tuning_rescores_softpulls_models_as_gamma_rules_does_and_then_the_fine_tuned_ones(trained_cell):
+    # Execute
+    assert final_fine_tuning.main([*_common(trained_cell), "--max-passes", "2"]) == 0
+    assert gamma_rules.main(_common(trained_cell)) == 0  # a no-op when a test above ran first
+
+    # Assert: with SoftPull's models each rule scores what gamma_rules scores; then every site's fine-tuned
+    # model is scored under every rule, with the pass it kept
+    rows = _rows(trained_cell / "final_fine_tuning.csv")
+    assert len(rows) == 2 * 6 * len(final_fine_tuning.RULES)
+    rescored = [r for r in _rows(trained_cell / "gamma_rules.csv") if r["split"] == gamma_rules.TEST]
+    for rule in set(final_fine_tuning.RULES) - {"own"}:
+        expected = {r["site"]: float(r["dice"]) for r in rescored if r["rule"] == rule}
+        got = {r["site"]: float(r["dice"]) for r in rows if r["rule"] == rule and r["models"] == "softpull"}
+        assert got == pytest.approx(expected, abs=2e-6), rule
+    tuned = [r for r in rows if r["models"] == "fine-tuned"]
+    assert {r["site"] for r in tuned if r["rule"] == "own"} == {f"site-{i}" for i in range(1, 7)}
+    assert all(int(r["passes"]) in (0, 1, 2) for r in tuned)
+    assert "| own |" in (trained_cell / "final_fine_tuning.md").read_text()
