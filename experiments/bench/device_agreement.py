@@ -7,19 +7,29 @@ What can still differ is the order of floating-point sums inside kernels, so
 the round's updates ``delta = w_after - w_before`` must agree closely, not
 bit for bit.
 
-Tolerance (stated before any GPU run, not fitted to one): for every model
-(global, each personalized model, selector),
-``||delta_b - delta_a||_2 <= RELATIVE_TOLERANCE * ||delta_a||_2``.
-Adam's step is ``m / (sqrt(v) + eps)``: a relative change ``r`` of a gradient
-changes the step by about ``r``, and float32 sums in another order differ by
-about 1e-6 relative, so 1 % leaves wide room for summation order and none for
-a real bug (a wrong dtype, a lost hook, an unsynchronised copy), which moves
-updates by tens of percent.
+Tolerance: for every model (global, each personalized model, selector),
+``||delta_b - delta_a||_2 <= tolerance * ||delta_a||_2`` with
+``tolerance = max(RELATIVE_TOLERANCE, FLOOR_FACTOR * floor)``, where ``floor``
+is measured in the same check: the largest relative difference between two
+CPU rounds that differ only in torch's thread count (1 against all cores),
+i.e. in the order of floating-point sums and nothing else.
+
+Why a measured floor and not a fixed 1 %: Adam's first step is
+``lr * m / (sqrt(v) + eps) ~ lr * sign(g)``, so every coordinate whose gradient
+is near zero flips between ``+lr`` and ``-lr`` when its sum is taken in another
+order, and the later steps and SoftPull's mixing carry the flips on. Measured
+on the CPU alone (1 against 2 threads, 64 px, four local steps): up to 7.3 %
+relative for one personalized model; with one local step at most 2.1 %. A fixed
+1 % thus fails correct code, as the first GPU run of this check did. One local
+step keeps the floor low enough to separate real bugs: a 10 % larger learning
+rate (a stand-in for a lost hook or a wrong scale) moves every model by 10-17 %
+on the same round, several times the floor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -28,8 +38,9 @@ from fedsm_core.config import RunConfig
 from fedsm_core.models.weights import Weights
 
 RELATIVE_TOLERANCE = 1e-2
-# Small and quick on the CPU: 6 sites, 4 minibatches each, three models stepped on each.
-ROUND_SETTINGS = {"image-size": 64, "data-scale": 0.25, "max-local-steps": 4, "num-server-rounds": 1,
+FLOOR_FACTOR = 2.0  # a GPU sums in other orders than either CPU run (tree reductions, other conv algorithms)
+# Small and quick on the CPU: 6 sites, one minibatch each, three models stepped on each.
+ROUND_SETTINGS = {"image-size": 64, "data-scale": 0.25, "max-local-steps": 1, "num-server-rounds": 1,
                   "precision": "fp32", "deterministic": True, "torch-threads": 0}
 
 
@@ -41,6 +52,7 @@ class ModelAgreement:
     update_norm: float
     difference_norm: float
     max_abs_difference: float
+    tolerance: float = RELATIVE_TOLERANCE
 
     @property
     def relative(self) -> float:
@@ -51,8 +63,8 @@ class ModelAgreement:
 
     @property
     def agrees(self) -> bool:
-        """Within :data:`RELATIVE_TOLERANCE`."""
-        return self.relative <= RELATIVE_TOLERANCE
+        """Within :attr:`tolerance`."""
+        return self.relative <= self.tolerance
 
 
 def compare_updates(model: str, before: Weights, after_a: Weights, after_b: Weights) -> ModelAgreement:
@@ -98,13 +110,35 @@ def one_round(device: str, settings: dict[str, object]) -> tuple[dict[str, Weigh
     return before, fedsm_models(federation)
 
 
-def compare_devices(device_a: str = "cpu", device_b: str = "cuda",
-                    settings: dict[str, object] | None = None) -> list[ModelAgreement]:
-    """One round on each device from the same seeds; one :class:`ModelAgreement` per model."""
+def compare_devices(device_a: str = "cpu", device_b: str = "cuda", settings: dict[str, object] | None = None,
+                    settings_b: dict[str, object] | None = None, tolerance: float = RELATIVE_TOLERANCE,
+                    ) -> list[ModelAgreement]:
+    """One round on each device from the same seeds; one :class:`ModelAgreement` per model.
+
+    ``settings_b`` (default: ``settings``) lets the second run differ in
+    settings that must not change the result beyond rounding (thread count).
+    """
     settings = settings or {}
     before, after_a = one_round(device_a, settings)
-    before_b, after_b = one_round(device_b, settings)
+    before_b, after_b = one_round(device_b, settings if settings_b is None else {**settings, **settings_b})
     for name, weights in before.items():  # the same start, or the comparison means nothing
         if any(not np.array_equal(weights[key], before_b[name][key]) for key in weights):
             raise RuntimeError(f"{name} starts from different weights on {device_a} and {device_b}")
-    return [compare_updates(name, before[name], after_a[name], after_b[name]) for name in before]
+    return [dataclasses.replace(compare_updates(name, before[name], after_a[name], after_b[name]), tolerance=tolerance)
+            for name in before]
+
+
+def summation_order_floor(settings: dict[str, object] | None = None) -> float:
+    """Largest relative update difference between CPU rounds on 1 thread and on all cores.
+
+    The two runs differ only in how torch splits its sums across threads, so
+    this is what rounding alone does to the round on these settings.
+    """
+    all_cores = max(2, os.cpu_count() or 2)  # explicit: torch-threads = 0 would keep the count set before
+    models = compare_devices("cpu", "cpu", {**(settings or {}), "torch-threads": 1}, {"torch-threads": all_cores})
+    return max(m.relative for m in models)
+
+
+def tolerance_for(floor: float) -> float:
+    """The agreement tolerance given the measured summation-order ``floor``."""
+    return max(RELATIVE_TOLERANCE, FLOOR_FACTOR * floor)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.bench.device_agreement import RELATIVE_TOLERANCE, ROUND_SETTINGS, compare_devices
+from experiments.bench.device_agreement import ROUND_SETTINGS, compare_devices, summation_order_floor, tolerance_for
 from experiments.bench.runs import flwr_environment, read_csv, round_times
 from experiments.gpu.report import write_report
 from experiments.gpu.sampling import GpuSampler, busy_share, peak_memory_per_process
@@ -90,9 +90,11 @@ def simulation_part(out: Path) -> dict[str, object]:
 
 
 def agreement_part() -> dict[str, object]:
-    """One FedSM round on CPU and GPU; per-model update differences."""
-    models = compare_devices("cpu", "cuda")
-    return {"tolerance": RELATIVE_TOLERANCE, "settings": ROUND_SETTINGS,
+    """One FedSM round on CPU and GPU; per-model update differences against the CPU's summation-order floor."""
+    floor = summation_order_floor()
+    tolerance = tolerance_for(floor)
+    models = compare_devices("cpu", "cuda", tolerance=tolerance)
+    return {"tolerance": tolerance, "floor": floor, "settings": ROUND_SETTINGS,
             "models": [{"model": m.model, "update-norm": m.update_norm, "difference-norm": m.difference_norm,
                         "relative": m.relative, "max-abs": m.max_abs_difference, "agrees": m.agrees} for m in models]}
 

@@ -68,8 +68,11 @@ def agreement_section(agreement: dict) -> list[str]:
     tolerance = agreement.get("tolerance", float("nan"))
     models = agreement.get("models", [])
     verdict = "all models agree" if models and all(m["agrees"] for m in models) else "DISAGREE"
-    lines += [f"Settings `{agreement.get('settings', {})}`. Tolerance: ||update_gpu - update_cpu|| <= "
-              f"{tolerance:g} * ||update_cpu|| per model: {verdict}.", "",
+    floor = agreement.get("floor", float("nan"))
+    lines += [f"Settings `{agreement.get('settings', {})}`. Summation-order floor (CPU on 1 thread against all "
+              f"cores, largest relative difference over the models): {floor:.2e}. Tolerance: "
+              f"||update_gpu - update_cpu|| <= {tolerance:.3g} * ||update_cpu|| per model (the larger of 1 % and "
+              f"twice the floor): {verdict}.", "",
               "| model | ||update_cpu|| | relative difference | max abs difference | within |",
               "|---|---|---|---|---|"]
     lines += [f"| {m['model']} | {m['update-norm']:.4g} | {m['relative']:.2e} | {m['max-abs']:.2e} | "

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.bench.device_agreement import RELATIVE_TOLERANCE, compare_devices, compare_updates
+from experiments.bench.device_agreement import (
+    RELATIVE_TOLERANCE,
+    compare_devices,
+    compare_updates,
+    summation_order_floor,
+    tolerance_for,
+)
 
 TINY = {"dataset": "synthetic-fundus-2", "image-size": 32, "data-scale": 0.1, "max-local-steps": 1,
         "selector-width": 4, "batch-size": 4}
@@ -43,8 +49,24 @@ def test_two_cpu_rounds_from_the_same_seeds_agree_exactly():
     assert all(m.update_norm > 0 and m.difference_norm == 0.0 for m in models)
 
 
+def test_the_floor_tolerance_passes_another_thread_count_and_fails_a_larger_learning_rate():
+    # Prepare: the floor is what summation order alone does (1 thread against all cores)
+    floor = summation_order_floor(TINY)
+    tolerance = tolerance_for(floor)
+
+    # Execute: rounding only (2 threads), and a real change of the arithmetic (lr 10 % larger)
+    rounding = compare_devices("cpu", "cpu", {**TINY, "torch-threads": 1}, {"torch-threads": 2}, tolerance=tolerance)
+    bug = compare_devices("cpu", "cpu", TINY, {"lr": 0.0022}, tolerance=tolerance)
+
+    # Assert: the tolerance never drops below 1 %, accepts rounding and rejects the changed learning rate
+    assert tolerance == max(RELATIVE_TOLERANCE, 2 * floor)
+    assert all(m.agrees for m in rounding), [(m.model, m.relative) for m in rounding]
+    assert not bug[0].agrees and bug[0].model == "global", [(m.model, m.relative) for m in bug]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cpu_and_gpu_rounds_agree_within_the_tolerance():
-    models = compare_devices("cpu", "cuda", TINY)
-    assert all(m.relative <= RELATIVE_TOLERANCE for m in models), [(m.model, m.relative) for m in models]
+    tolerance = tolerance_for(summation_order_floor(TINY))
+    models = compare_devices("cpu", "cuda", TINY, tolerance=tolerance)
+    assert all(m.agrees for m in models), [(m.model, m.relative, tolerance) for m in models]
