@@ -1,0 +1,86 @@
+"""Seconds per FedSM training round in one process: the compute a study pays per round, without Flower.
+
+Usage::
+
+    python -m experiments.bench.round_time --out experiments/results/bench-round-time/after.csv \
+        --rounds 4 --repeats 2 --run-config image-size=64 dataset=synthetic-fundus
+
+Each repeat prepares a fresh federation (:func:`experiments.in_process.prepare`)
+and times :func:`experiments.in_process.train_round` for rounds 1..R: every
+site's local training (global, personalized and selector steps) and the
+server's aggregation, nothing else. Round 1 also pays one-off start-up costs,
+so the summary line reports the mean over rounds 2..R of all repeats. Rows
+``(label, repeat, round, seconds)`` are appended to ``--out``; compare two
+commits by running the same command at each with another ``--label``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from experiments import in_process
+from experiments.runner import parse_overrides
+from fedsm_core.config import RunConfig
+
+DEFAULTS = {"dataset": "synthetic-fundus", "image-size": 64, "device": "cpu", "torch-threads": 1}
+
+
+def time_rounds(settings: dict[str, object], rounds: int) -> list[float]:
+    """Seconds of each of ``rounds`` training rounds of a fresh in-process federation."""
+    config = RunConfig.from_mapping({**DEFAULTS, **settings, "num-server-rounds": rounds})
+    federation = in_process.prepare(config)
+    seconds = []
+    for server_round in range(1, rounds + 1):
+        start = time.perf_counter()
+        in_process.train_round(federation, server_round)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def append_rows(path: Path, rows: list[tuple[str, int, int, float]]) -> None:
+    """Append ``rows`` to the CSV at ``path`` (with a header when the file is new)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as handle:
+        writer = csv.writer(handle)
+        if new:
+            writer.writerow(("label", "repeat", "round", "seconds"))
+        writer.writerows((label, repeat, number, f"{seconds:.3f}") for label, repeat, number, seconds in rows)
+
+
+def steady_mean(rows: list[tuple[str, int, int, float]]) -> float:
+    """Mean seconds over rounds 2 and later (round 1 carries one-off start-up costs)."""
+    later = [seconds for _, _, server_round, seconds in rows if server_round > 1]
+    if not later:
+        raise ValueError("--rounds must be at least 2: round 1 alone includes start-up costs")
+    return statistics.fmean(later)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="CSV to append rows to")
+    parser.add_argument("--label", default="run", help="names this code version in the rows")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--run-config", nargs="*", default=[], help="key=value overrides (kebab-case keys)")
+    args = parser.parse_args(argv)
+    settings = parse_overrides(" ".join(args.run_config))
+    rows = []
+    for repeat in range(args.repeats):
+        seconds = time_rounds(settings, args.rounds)
+        rows += [(args.label, repeat, index + 1, value) for index, value in enumerate(seconds)]
+        print(f"[round-time] {args.label} repeat {repeat}: " + " ".join(f"{s:.2f}" for s in seconds), flush=True)
+    append_rows(args.out, rows)
+    print(f"[round-time] {args.label}: {steady_mean(rows):.2f} s per round (rounds 2-{args.rounds}, "
+          f"{args.repeats} repeat(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
