@@ -28,7 +28,7 @@ from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import Gamma, SuperModel, assemble_super_model
 from fedsm_core.config import RunConfig
-from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.arrays import SegArrays, SiteSplits
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
@@ -112,17 +112,23 @@ def fit_selector_head(federation: Federation) -> None:
     federation.fedsm.fit_selector_head(statistics, config.selector_shrinkage)
 
 
-def fine_tune(federation: Federation, max_passes: int) -> dict[str, FineTuned]:
+def fine_tune(federation: Federation, max_passes: int,
+              validation: dict[str, SegArrays] | None = None) -> dict[str, FineTuned]:
     """``fine-tune-passes``: every site's personalized model becomes its fine-tuned global model, as in the app.
 
     The ClientApp's request carries round ``num-server-rounds + 1``
     (:mod:`server_app.strategies.fine_tuning`); the fine-tuning runs at the base ``lr``.
+    ``validation`` (default: each site's validation split) chooses the pass;
+    a site it leaves out keeps its personalized model.
     """
     config, tuned = federation.config, {}
     for index, site in enumerate(federation.sites):
+        val = site.val if validation is None else validation.get(site.name)
+        if val is None:
+            continue
         settings = dataclasses.replace(config.round_settings(config.num_server_rounds + 1, index), lr=config.lr)
         tuned[site.name] = fine_tune_on_validation(federation.spec, federation.fedsm.global_weights, site.train,
-                                                   site.val, max_passes, settings, federation.device)
+                                                   val, max_passes, settings, federation.device)
         federation.fedsm.personalized[site.name] = tuned[site.name].weights
     return tuned
 

@@ -114,3 +114,25 @@ def test_final_fine_tuning_rescores_softpulls_models_as_gamma_rules_does_and_the
     assert {r["site"] for r in tuned if r["rule"] == "own"} == {f"site-{i}" for i in range(1, 7)}
     assert all(int(r["passes"]) in (0, 1, 2) for r in tuned)
     assert "| own |" in (trained_cell / "final_fine_tuning.md").read_text()
+
+
+def test_final_fine_tuning_on_validation_scores_held_out_halves_as_gamma_rules_two_folds_do(trained_cell):
+    # Execute
+    assert final_fine_tuning.main([*_common(trained_cell), "--max-passes", "2", "--on-validation"]) == 0
+    assert gamma_rules.main(_common(trained_cell)) == 0  # a no-op when a test above ran first
+
+    # Assert: SoftPull's arm, averaged over the two folds, is gamma_rules' two-fold validation estimate;
+    # the fine-tuned arm has one row per site, rule and fold, with the pass chosen on that fold's half
+    rows = _rows(trained_cell / "final_fine_tuning_validation.csv")
+    folds = [r for r in _rows(trained_cell / "gamma_rules.csv") if r["split"] == gamma_rules.FOLDS]
+    for rule in set(final_fine_tuning.RULES) - {"own"}:
+        expected = {r["site"]: float(r["dice"]) for r in folds if r["rule"] == rule}
+        got = {site: np.mean([float(r["dice"]) for r in rows
+                              if r["rule"] == rule and r["models"] == "softpull" and r["site"] == site])
+               for site in expected}
+        assert got == pytest.approx(expected, abs=2e-6), rule
+    tuned = [r for r in rows if r["models"] == "fine-tuned" and r["rule"] == "own"]
+    assert sorted((r["site"], r["fold"]) for r in tuned) == sorted(
+        (site, fold) for site in {r["site"] for r in folds} for fold in ("1", "2"))
+    assert all(int(r["passes"]) in (0, 1, 2) for r in tuned)
+    assert "test split is not read" in (trained_cell / "final_fine_tuning_validation.md").read_text()
