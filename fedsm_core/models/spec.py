@@ -82,13 +82,26 @@ class ModelSpec:
         initialisation that loading overwrites anyway costs more than the copy,
         and it draws nothing from the global random state.
         """
-        model = copy.deepcopy(_template(self))
+        model = self.blank_segmentation()
         set_weights(model, weights, where)
         return model
+
+    def blank_segmentation(self) -> nn.Module:
+        """A U-Net of this spec whose weights are placeholders for the caller to overwrite.
+
+        A copy of the spec's template: no random draws, about a third of a fresh build's time.
+        """
+        return copy.deepcopy(_template(self))
 
     def build_selector(self) -> Selector:
         """A freshly initialised selector with K outputs."""
         return Selector(self.num_sites, self.selector_width, self.in_channels)
+
+    def load_selector(self, weights: Mapping[str, np.ndarray], where: str = "selector") -> Selector:
+        """A selector holding ``weights``: a copy of one template per spec, as :meth:`load_segmentation` does."""
+        model = copy.deepcopy(_selector_template(self))
+        set_weights(model, weights, where)
+        return model
 
     def to_dict(self) -> dict[str, str | int]:
         """Plain values, for bundles and messages."""
@@ -100,3 +113,10 @@ def _template(spec: ModelSpec) -> nn.Module:
     """One U-Net of ``spec`` to copy, drawn without touching the caller's random state."""
     with torch.random.fork_rng(devices=[]):
         return spec.build_segmentation()
+
+
+@functools.lru_cache(maxsize=8)
+def _selector_template(spec: ModelSpec) -> Selector:
+    """One selector of ``spec`` to copy, drawn without touching the caller's random state."""
+    with torch.random.fork_rng(devices=[]):
+        return spec.build_selector()

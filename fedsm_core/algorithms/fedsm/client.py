@@ -14,7 +14,7 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.style import randomize_style, restyled_batch
 from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
-from fedsm_core.models.weights import Weights, get_weights, set_weights
+from fedsm_core.models.weights import Weights, get_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import BatchFn, Learner, TrainingHook, segmentation_batch, train_on_split
 from fedsm_core.training.optimizer_state import (
@@ -85,11 +85,11 @@ def train_fedsm_client(
     global_model = spec.load_segmentation(payload.global_weights, "global model").to(device)
     personal = personalization(settings.personalization.method).start(PersonalStart(
         global_model, payload.global_weights, payload.personal_weights, client_state or {},
-        build=lambda: spec.build_segmentation().to(device),
+        build=lambda: spec.blank_segmentation().to(device),  # model_from overwrites every weight
         optimizer=lambda parameters: torch.optim.Adam(parameters, lr=settings.lr),
         loss_fn=soft_dice_loss, settings=settings.personalization,
     ))
-    selector = _loaded(spec.build_selector(), payload.selector_weights, "selector", device)
+    selector = spec.load_selector(payload.selector_weights).to(device)
     selector_step = selector_learner(selector, payload.selector_optimizer, site_index, spec.num_sites, settings)
     learners = [
         Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
@@ -149,8 +149,3 @@ def segmentation_batch_fn(settings: RoundSettings) -> BatchFn:
     if settings.style_augmentation == 0.0:
         return segmentation_batch
     return restyled_batch(settings.style_augmentation, torch.Generator().manual_seed(settings.seed + 2))
-
-
-def _loaded(model: nn.Module, weights, where: str, device: torch.device) -> nn.Module:
-    set_weights(model, weights, where)
-    return model.to(device)

@@ -43,7 +43,7 @@ class PersonalStart:
         What this site kept from its previous round (:meth:`PersonalTrainer.client_state`);
         empty before its first round or after its node restarted.
     build : callable
-        A fresh segmentation model on the training device.
+        A segmentation model on the training device, whose weights :meth:`model_from` overwrites.
     optimizer : callable
         The run's optimizer over the given parameters (Adam at ``lr`` in FedSM).
     loss_fn : callable
