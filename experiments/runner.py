@@ -208,3 +208,13 @@ def describe_chosen(chosen: dict[str, dict[str, object]], overrides: dict[str, o
         extra = {k: v for k, v in chosen[method].items() if overrides.get(k) != v}
         lines.append(f"- {method}: " + (", ".join(f"{k} = {v}" for k, v in sorted(extra.items())) or "defaults"))
     return "\n".join(lines)
+
+
+def append_rows(csv_path: Path, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Append ``rows`` (floats written with 6 decimals), the header first in a new file."""
+    fresh = not csv_path.exists()
+    with csv_path.open("a", newline="") as handle:
+        writer = csv.writer(handle)
+        if fresh:
+            writer.writerow(columns)
+        writer.writerows(tuple(f"{v:.6f}" if isinstance(v, float) else v for v in row) for row in rows)

@@ -17,16 +17,16 @@ commits by running the same command at each with another ``--label``.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from experiments import in_process
-from experiments.runner import parse_overrides
+from experiments.runner import append_rows, parse_overrides
 from fedsm_core.config import RunConfig
 
+COLUMNS = ("label", "repeat", "round", "seconds")
 DEFAULTS = {"dataset": "synthetic-fundus", "image-size": 64, "device": "cpu", "torch-threads": 1}
 
 
@@ -42,15 +42,10 @@ def time_rounds(settings: dict[str, object], rounds: int) -> list[float]:
     return seconds
 
 
-def append_rows(path: Path, rows: list[tuple[str, int, int, float]]) -> None:
-    """Append ``rows`` to the CSV at ``path`` (with a header when the file is new)."""
+def append_times(path: Path, rows: list[tuple[str, int, int, float]]) -> None:
+    """Append ``(label, repeat, round, seconds)`` rows to the CSV at ``path``, seconds to the millisecond."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as handle:
-        writer = csv.writer(handle)
-        if new:
-            writer.writerow(("label", "repeat", "round", "seconds"))
-        writer.writerows((label, repeat, number, f"{seconds:.3f}") for label, repeat, number, seconds in rows)
+    append_rows(path, COLUMNS, [(label, repeat, number, f"{seconds:.3f}") for label, repeat, number, seconds in rows])
 
 
 def steady_mean(rows: list[tuple[str, int, int, float]]) -> float:
@@ -76,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time_rounds(settings, args.rounds)
         rows += [(args.label, repeat, index + 1, value) for index, value in enumerate(seconds)]
         print(f"[round-time] {args.label} repeat {repeat}: " + " ".join(f"{s:.2f}" for s in seconds), flush=True)
-    append_rows(args.out, rows)
+    append_times(args.out, rows)
     print(f"[round-time] {args.label}: {steady_mean(rows):.2f} s per round (rounds 2-{args.rounds}, "
           f"{args.repeats} repeat(s))")
     return 0

@@ -38,7 +38,7 @@ import numpy as np
 from experiments import in_process
 from experiments.ladder.loops import fedsm_federation, load_sites, read_cell_checkpoint
 from experiments.ladder.run_ladder import cell_config, cell_folder
-from experiments.runner import parse_overrides
+from experiments.runner import append_rows, parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.repartition import repartition, take
@@ -243,16 +243,6 @@ def rescore_cells(args: argparse.Namespace, name: str, columns: tuple[str, ...],
 def main(argv: list[str] | None = None) -> int:
     """Re-score the FedSM cells named like the ladder's that are finished and not yet in the CSV."""
     return rescore_cells(arguments(__doc__.split("\n\n")[0], argv), "gamma_rules", COLUMNS, rescore, table)
-
-
-def append_rows(csv_path: Path, columns: tuple[str, ...], rows: list[tuple]) -> None:
-    """Append ``rows`` (floats written with 6 decimals), the header first in a new file."""
-    fresh = not csv_path.exists()
-    with csv_path.open("a", newline="") as handle:
-        writer = csv.writer(handle)
-        if fresh:
-            writer.writerow(columns)
-        writer.writerows(tuple(f"{v:.6f}" if isinstance(v, float) else v for v in row) for row in rows)
 
 
 if __name__ == "__main__":

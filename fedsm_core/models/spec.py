@@ -99,7 +99,7 @@ class ModelSpec:
 
     def load_selector(self, weights: Mapping[str, np.ndarray], where: str = "selector") -> Selector:
         """A selector holding ``weights``: a copy of one template per spec, as :meth:`load_segmentation` does."""
-        model = copy.deepcopy(_selector_template(self))
+        model = copy.deepcopy(_template(self, "selector"))
         set_weights(model, weights, where)
         return model
 
@@ -108,15 +108,8 @@ class ModelSpec:
         return dataclasses.asdict(self)
 
 
-@functools.lru_cache(maxsize=8)
-def _template(spec: ModelSpec) -> nn.Module:
-    """One U-Net of ``spec`` to copy, drawn without touching the caller's random state."""
+@functools.lru_cache(maxsize=16)
+def _template(spec: ModelSpec, kind: str = "segmentation") -> nn.Module:
+    """One model of ``spec`` to copy (``kind``: segmentation or selector), drawn apart from the caller's RNG."""
     with torch.random.fork_rng(devices=[]):
-        return spec.build_segmentation()
-
-
-@functools.lru_cache(maxsize=8)
-def _selector_template(spec: ModelSpec) -> Selector:
-    """One selector of ``spec`` to copy, drawn without touching the caller's random state."""
-    with torch.random.fork_rng(devices=[]):
-        return spec.build_selector()
+        return spec.build_selector() if kind == "selector" else spec.build_segmentation()

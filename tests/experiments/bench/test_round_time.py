@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from experiments.bench.round_time import append_rows, main, steady_mean
+from experiments.bench.round_time import append_times, main, steady_mean
 
 TINY = ["dataset='synthetic-fundus-2'", "image-size=32", "data-scale=0.1", "max-local-steps=1",
         "selector-width=4", "batch-size=4"]
@@ -21,8 +21,8 @@ def test_steady_mean_leaves_out_the_first_round_and_needs_a_second():
 
 def test_rows_are_appended_under_one_header(tmp_path):
     path = tmp_path / "times.csv"
-    append_rows(path, [("before", 0, 1, 1.23456)])
-    append_rows(path, [("after", 0, 1, 0.5)])
+    append_times(path, [("before", 0, 1, 1.23456)])
+    append_times(path, [("after", 0, 1, 0.5)])
     rows = list(csv.reader(path.open()))
     assert rows == [["label", "repeat", "round", "seconds"], ["before", "0", "1", "1.235"],
                     ["after", "0", "1", "0.500"]]
