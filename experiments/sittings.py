@@ -20,8 +20,10 @@ import torch
 
 # Settings whose default changed after a study's committed cells were measured. Each study puts these under its
 # own overrides, so a later sitting's cells are measured like the committed ones (a variant may still override).
-# The defaults changed after these cells: gamma-selection became "client-average", input-norm "per-image".
-MEASURED_WITH = {"gamma-selection": "validation", "input-norm": "none"}
+# The defaults changed after these cells: gamma-selection became "client-average", input-norm "per-image",
+# fine-tune-passes 30 (experiments.ladder.final_fine_tuning re-scores the ladder's FedSM checkpoints with it).
+MEASURED_WITH = {"gamma-selection": "validation", "input-norm": "none",
+                 "fine-tune-passes": 0}
 
 
 @contextlib.contextmanager

@@ -113,6 +113,7 @@ class RunConfig:
     trim_fraction: float = owned(AggregationSettings, "trim_fraction")
     krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
     filter_factor: float = owned(AggregationSettings, "filter_factor")
+    filter_min_cosine: float = owned(AggregationSettings, "filter_min_cosine")
     clip_update_norm: float = owned(AggregationSettings, "clip_update_norm")
     attack: str = owned(AttackSettings, "plan")
     attack_scale: float = owned(AttackSettings, "scale")
@@ -343,10 +344,6 @@ def _check_across(config: RunConfig) -> None:
         raise ValueError(f"attack = '{config.attack}': {fedsm_attacks} attack FedSM's personalized models or "
                          f"selector, which strategy = '{config.strategy}' has none of; use 'sign-flip', 'noise', "
                          "'label-flip' or 'inflate-count'")
-    if config.fine_tune_passes and (method(config.strategy).extra_selector or family != "fedsm" or config.stop_window):
-        raise ValueError(f"fine-tune-passes = {config.fine_tune_passes} fine-tunes FedSM's personalized models after "
-                         f"its last round; it needs strategy 'fedsm' (got '{config.strategy}') and a fixed number "
-                         f"of rounds (stop-window = 0, got {config.stop_window}). Set fine-tune-passes = 0 otherwise")
     if config.stop_window and method(config.strategy).extra_selector:
         raise ValueError(
             f"stop-window = {config.stop_window} with strategy = '{config.strategy}': its extra selector rounds "

@@ -123,8 +123,8 @@ METHODS: dict[str, Method] = {
                settings={"strategy": "fedavg", "knn-per": True}),  # personalized at test time
         Method("fedsm-knn-per", "FedSM + kNN-Per", "fedsm", "fedsm", "fedsm", score="dice-super-knn",
                settings={"strategy": "fedsm", "knn-per": True}),  # kNN-Per on each image's routed model
-        Method("fedsm-fine-tuned", "FedSM + fine-tuning", "fedsm", "fedsm", "fedsm", score="dice-super",
-               settings={"strategy": "fedsm", "fine-tune-passes": 30}),  # personalized models fine-tuned at the end
+        Method("fedsm-softpull", "FedSM (SoftPull's models)", "fedsm", "fedsm", "fedsm", score="dice-super",
+               settings={"strategy": "fedsm", "fine-tune-passes": 0}),  # the paper's: no final fine-tuning
     )
 }
 STRATEGIES = tuple(name for name, method in METHODS.items() if method.is_strategy)

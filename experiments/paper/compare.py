@@ -4,7 +4,7 @@ Usage::
 
     python -m experiments.paper.compare --out results/compare --seeds 0 1 2 \
         --methods centralized local fedavg fedprox scaffold fedsm fedsm-extra \
-                  fedbn harmofl fedsm-ampnorm knn-per fedsm-knn-per fedsm-fine-tuned \
+                  fedbn harmofl fedsm-ampnorm knn-per fedsm-knn-per fedsm-softpull \
         --run-config "num-server-rounds=15"
 
 Federated methods run through ``scripts/run-simulation.sh`` (the same Flower

@@ -75,7 +75,7 @@ GROWING_KEYS = frozenset({"extra-rounds"})
 # (method swept, run-config key, grid name, methods that inherit the choice)
 STEPS = (
     ("fedavg", "lr", "lr", ("centralized", "local", "fedavg", "fedprox", "fedbn", "harmofl", "knn-per", "fedsm",
-                            "fedsm-extra", "fedsm-knn-per", "fedsm-fine-tuned")),
+                            "fedsm-extra", "fedsm-knn-per", "fedsm-softpull")),
     ("fedprox", "proximal-mu", "proximal-mu", ("fedprox",)),
     ("scaffold", "lr", "scaffold-lr", ("scaffold",)),
     ("fedsm", "softpull-lambda", "softpull-lambda", ("fedsm", "fedsm-extra", "fedsm-knn-per")),

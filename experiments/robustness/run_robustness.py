@@ -3,7 +3,8 @@ r"""One malicious site of six against each aggregation: the honest sites' test D
 Each cell is one whole federated run through the real ServerApp and ClientApps
 in this process (:mod:`experiments.in_process_app`): a dataset, a method, an
 attack made by ``--attacked-site`` (``none``: the same run without one), an
-``aggregation`` (``<name>+clip`` also sets ``clip-update-norm = --clip-factor``)
+``aggregation`` (``<name>+clip`` also sets ``clip-update-norm = --clip-factor``;
+``filtered-mean+cosine`` sets ``filter-min-cosine = --min-cosine``)
 and a seed. It records every site's test Dice of the deployed model (FedAvg's
 global model, FedSM's super model) and the seconds per round.
 The table reads the client average over the honest sites only, the attacked
@@ -38,6 +39,7 @@ from fedsm_core.methods import METHODS
 
 NONE = "none"
 CLIPPED = "+clip"  # an aggregation name with this suffix also cuts updates to --clip-factor x the median norm
+DIRECTED = "filtered-mean+cosine"  # the filtered mean with its direction bound (filter-min-cosine = --min-cosine)
 Cell = tuple[str, str, str, str, int]  # dataset, method, attack, aggregation, seed
 
 
@@ -57,14 +59,15 @@ def finished_cells(csv_path: Path) -> set[Cell]:
 
 
 def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, extra: dict,
-                   clip_factor: float = 2.0) -> dict[str, object]:
+                   clip_factor: float = 2.0, min_cosine: float = 0.0) -> dict[str, object]:
     """The run config of one cell: ``extra`` plus the cell's dataset, method, attack, aggregation and seed."""
     dataset, method, attack, aggregation, seed = cell
     plan = "" if attack == NONE else f"{attacked_site}:{attack}"
-    name = aggregation.removesuffix(CLIPPED)
+    name = "filtered-mean" if aggregation == DIRECTED else aggregation.removesuffix(CLIPPED)
     values = {"eval-every": rounds, **MEASURED_WITH, **extra, "dataset": dataset, "strategy": method, "seed": seed,
               "data-seed": seed, "num-server-rounds": rounds, "aggregation": name, "attack": plan,
-              "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0}
+              "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0,
+              "filter-min-cosine": min_cosine if aggregation == DIRECTED else -1.0}
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains
     return values
 
@@ -104,17 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedsm"], choices=sorted(METHODS))
     parser.add_argument("--attacks", nargs="+", default=[NONE, *ATTACKS], choices=[NONE, *ATTACKS])
     parser.add_argument("--aggregations", nargs="+", default=list(AGGREGATIONS),
-                        choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS)])
+                        choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS), DIRECTED])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--attacked-site", default="site-6")
     parser.add_argument("--attack-scale", type=float, default=4.0)
     parser.add_argument("--clip-factor", type=float, default=2.0, help="clip-update-norm of '<name>+clip' cells")
+    parser.add_argument("--min-cosine", type=float, default=0.0, help=f"filter-min-cosine of '{DIRECTED}' cells")
     parser.add_argument("--run-config", default="", help='overrides, e.g. "image-size=64"')
     args = parser.parse_args(argv)
     extra = parse_overrides(args.run_config)
     todo = cells(args.datasets, args.methods, args.attacks, args.aggregations, args.seeds)
-    settings = {cell: cell_overrides(cell, args.rounds, args.attacked_site, args.attack_scale, extra, args.clip_factor)
+    settings = {cell: cell_overrides(cell, args.rounds, args.attacked_site, args.attack_scale, extra, args.clip_factor,
+                                     args.min_cosine)
                 for cell in todo}
     csv_path = args.out / "results.csv"
     done = finished_cells(csv_path)

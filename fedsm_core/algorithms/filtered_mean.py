@@ -18,6 +18,14 @@ result is FedAvg's mean exactly. Its weights are the example counts, which a
 site cannot raise beyond the count it reported at discovery (the server caps
 them). What it cannot stop: a malicious reply that stays within ``c`` typical
 distances (a slow drift), or a colluding majority, which moves the median.
+
+A well-shaped update that points elsewhere (a site trained on wrong masks)
+can lie within the distance bound when honest updates differ in length (sites
+that take more local steps move farther). Where the model the round started
+from, ``o``, is known (a global model), the direction bound also leaves out a
+reply whose update does not point the median's way::
+
+    keep k  iff  also  cos(w_k - o, m - o) >= t      (``filter-min-cosine``; t = -1: off)
 """
 
 from __future__ import annotations
@@ -49,24 +57,57 @@ def distances_to_median(weights: Sequence[Mapping[str, np.ndarray]]) -> np.ndarr
     return np.sqrt(squares)
 
 
-def kept_replies(distances: np.ndarray, factor: float) -> np.ndarray:
+def cosines_to_median(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[str, np.ndarray]) -> np.ndarray:
+    """``cos(w_k - o, m - o)`` over all float arrays, ``m`` the coordinate median; float64, shape ``(K,)``.
+
+    A zero update, or a zero median update, has cosine 1: nothing to point elsewhere.
+    """
+    for index, other in enumerate(weights):
+        check_same_layout(origin, other, f"filtered mean: weight set {index}")
+    dots = np.zeros(len(weights), dtype=np.float64)
+    norms = np.zeros(len(weights), dtype=np.float64)
+    median_norm = 0.0
+    for key, start in origin.items():
+        if not np.issubdtype(np.asarray(start).dtype, np.floating):
+            continue
+        start = np.asarray(start, dtype=np.float64).ravel()
+        updates = np.stack([np.asarray(w[key], dtype=np.float64).ravel() for w in weights]) - start
+        median = np.median(updates, axis=0)
+        dots += updates @ median
+        norms += np.square(updates).sum(axis=1)
+        median_norm += float(np.square(median).sum())
+    scale = np.sqrt(norms * median_norm)
+    return np.where(scale > 0, dots / np.where(scale > 0, scale, 1.0), 1.0)
+
+
+def kept_replies(distances: np.ndarray, factor: float, cosines: np.ndarray | None = None,
+                 min_cosine: float = -1.0) -> np.ndarray:
     """Boolean mask of the replies within ``factor`` times the median distance to the coordinate median.
 
     When the median distance is 0 (more than half the replies identical), only
-    the replies at distance 0 are kept.
+    the replies at distance 0 are kept. With ``cosines``, a reply must also
+    have ``cosines[k] >= min_cosine``.
     """
     if not factor >= 1.0:
         raise ValueError(f"filter-factor = {factor} must be >= 1: below it, typical replies would be left out")
-    return distances <= factor * float(np.median(distances))
+    keep = distances <= factor * float(np.median(distances))
+    return keep if cosines is None else keep & (cosines >= min_cosine)
 
 
-def left_out_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float) -> list[int]:
+def _kept(weights: Sequence[Mapping[str, np.ndarray]], factor: float, origin: Mapping[str, np.ndarray] | None,
+          min_cosine: float) -> np.ndarray:
+    cosines = None if origin is None or min_cosine <= -1.0 else cosines_to_median(weights, origin)
+    return kept_replies(distances_to_median(weights), factor, cosines, min_cosine)
+
+
+def left_out_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float,
+                     origin: Mapping[str, np.ndarray] | None = None, min_cosine: float = -1.0) -> list[int]:
     """Indices of the replies :func:`filtered_mean` leaves out, in reply order (for the run's log and summary)."""
-    return [int(i) for i in np.flatnonzero(~kept_replies(distances_to_median(weights), factor))]
+    return [int(i) for i in np.flatnonzero(~_kept(weights, factor, origin, min_cosine))]
 
 
 def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
-                  factor: float) -> Weights:
+                  factor: float, origin: Mapping[str, np.ndarray] | None = None, min_cosine: float = -1.0) -> Weights:
     """FedAvg's weighted mean over the replies :func:`kept_replies` keeps.
 
     Parameters
@@ -79,6 +120,12 @@ def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[f
     factor : float
         ``c >= 1`` (``filter-factor``): how many median distances a kept
         reply may lie from the coordinate median.
+    origin : dict, optional
+        ``o``, the model every reply started from; with it and ``min_cosine >
+        -1`` the direction bound applies too.
+    min_cosine : float
+        ``t`` (``filter-min-cosine``): the least cosine between a kept reply's
+        update and the median update.
 
     Returns
     -------
@@ -88,6 +135,6 @@ def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[f
     """
     if len(weights) != len(sizes):
         raise ValueError(f"filtered mean: {len(weights)} weight sets but {len(sizes)} sizes")
-    keep = kept_replies(distances_to_median(weights), factor)
+    keep = _kept(weights, factor, origin, min_cosine)
     return weighted_average([w for w, k in zip(weights, keep, strict=True) if k],
                             [n for n, k in zip(sizes, keep, strict=True) if k])

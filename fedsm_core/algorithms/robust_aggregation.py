@@ -45,6 +45,11 @@ class AggregationSettings:
         ``c`` of :mod:`~fedsm_core.algorithms.filtered_mean`: ``filtered-mean``
         leaves out replies farther than ``c`` median distances from the
         coordinate median (``filter-factor``).
+    filter_min_cosine : float
+        ``t`` of :mod:`~fedsm_core.algorithms.filtered_mean`: where the round's
+        start model is known (global models), ``filtered-mean`` also leaves out
+        replies whose update has a cosine below ``t`` with the median update;
+        -1 turns it off (``filter-min-cosine``).
     clip_update_norm : float
         ``c`` of :func:`~fedsm_core.algorithms.update_clipping.clip_updates`:
         each site's update is cut to at most ``c`` times the median update norm
@@ -55,6 +60,7 @@ class AggregationSettings:
     trim_fraction: float = setting(0.2, "trim-fraction", low=0.0, high=0.49)
     krum_byzantine: int = setting(1, "krum-byzantine", low=0, high=1000)
     filter_factor: float = setting(3.0, "filter-factor", low=1.0, high=1e6)
+    filter_min_cosine: float = setting(-1.0, "filter-min-cosine", low=-1.0, high=1.0)
     clip_update_norm: float = setting(0.0, "clip-update-norm", low=0.0, high=1e6)
 
     def __post_init__(self) -> None:
@@ -140,7 +146,7 @@ def krum(weights: Sequence[Mapping[str, np.ndarray]], byzantine: int,
 
 
 def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
-                   settings: AggregationSettings) -> Weights:
+                   settings: AggregationSettings, origin: Mapping[str, np.ndarray] | None = None) -> Weights:
     """The sites' models combined by ``settings.name``: the one aggregation every strategy calls.
 
     ``mean`` is :func:`~fedsm_core.algorithms.aggregation.weighted_average`
@@ -159,6 +165,9 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
         ``n_k``, the sites' example counts (used by ``mean`` only).
     settings : AggregationSettings
         Which statistic and its parameters.
+    origin : dict, optional
+        The model the replies started from, where there is one (a global
+        model): ``filtered-mean``'s direction bound needs it.
 
     Returns
     -------
@@ -168,7 +177,7 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
     if settings.name == "mean":
         return weighted_average(weights, sizes)
     if settings.name == "filtered-mean":
-        return filtered_mean(weights, sizes, settings.filter_factor)
+        return filtered_mean(weights, sizes, settings.filter_factor, origin, settings.filter_min_cosine)
     if len(weights) != len(sizes):
         raise ValueError(f"robust_average: {len(weights)} weight sets but {len(sizes)} sizes")
     return _ROBUST_STATISTICS[settings.name](weights, settings)

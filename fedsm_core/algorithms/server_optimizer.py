@@ -99,8 +99,9 @@ class ServerOptimizer:
             averaged = normalized_average(current, weights, sizes, steps)
         else:
             if self.aggregation.name == "filtered-mean":
-                self.left_out = left_out_replies(weights, self.aggregation.filter_factor)
-            averaged = robust_average(weights, sizes, self.aggregation)
+                self.left_out = left_out_replies(weights, self.aggregation.filter_factor, current,
+                                                 self.aggregation.filter_min_cosine)
+            averaged = robust_average(weights, sizes, self.aggregation, current)
         return self.step(current, averaged, server_round)
 
     def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:

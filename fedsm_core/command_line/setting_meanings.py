@@ -236,6 +236,11 @@ MEANINGS: dict[str, str] = {
         "`filtered-mean`: a reply farther from the coordinate median than this many times the median of the "
         "replies' distances is left out of the mean (`fedsm_core/algorithms/filtered_mean.py`)"
     ),
+    "filter-min-cosine": (
+        "`filtered-mean`, global models: a reply whose update (from the round's global model) has a cosine below "
+        "this with the coordinate median of the updates is left out too, however near it lies; -1: off "
+        "(`fedsm_core/algorithms/filtered_mean.py`)"
+    ),
     "clip-update-norm": (
         "cut each site's update of a global model to at most this many times the median update norm before "
         "averaging (0: off), so no site moves the average by the length of its update alone "
@@ -282,8 +287,9 @@ MEANINGS: dict[str, str] = {
         "0: the personalized models are the ones the rounds trained (the paper). `E > 0`: after the last round every "
         "site fine-tunes the final global model on its training split for up to `E` passes (one Adam at `lr`) and "
         "keeps the pass best on its validation split as its personalized model, in place of SoftPull's; the last "
-        "validation then chooses gamma for the fine-tuned super model. Strategy `fedsm` with a fixed number of "
-        "rounds (`stop-window = 0`) only (docs/algorithm.md)"
+        "validation then chooses gamma for the fine-tuned super model; when the stopping rule ends the rounds, the "
+        "sites fine-tune after its round and that round is validated again. The default, 30, won on validation "
+        "(docs/results.md). Read by strategy `fedsm` only; the others ignore it (docs/algorithm.md)"
     ),
     "eval-every": (
         "validation every this many rounds (the last round always); a FedSM validation round sends the whole super "

@@ -102,13 +102,22 @@ class MetricsLog:
             csv.writer(handle).writerows(rows)
 
     def add(self, server_round: int, split: str, per_site: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-        """Write one round of per-site metrics plus their pooled values; return the pooled ones."""
+        """Write one round of per-site metrics plus their pooled values; return the pooled ones.
+
+        A second evaluation of the same round and split replaces the first (FedSM
+        validates a stopped run's last round again after fine-tuning).
+        """
         pooled = pool_site_metrics(per_site)
         rows = [
             (server_round, split, site, name, value)
             for site, metrics in [*per_site.items(), (POOLED, pooled)]
             for name, value in sorted(metrics.items())
         ]
+        kept = [row for row in self.rows if (int(row[0]), row[1]) != (server_round, split)]
+        if len(kept) < len(self.rows):
+            self.rows = kept
+            with self.path.open("w", newline="") as handle:
+                csv.writer(handle).writerows([CSV_COLUMNS, *kept])
         self.extend(rows)
         return pooled
 

@@ -27,7 +27,7 @@ from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
 from fedsm_core.models.weights import Weights
 from server_app.discovery import SiteNode
 from server_app.round_plan import RoundPlan
-from server_app.strategies.fine_tuning import SiteFineTuning, fine_tune_sites, fine_tuning_notes
+from server_app.strategies.fine_tuning import SiteFineTuning, fine_tune_after_stop, fine_tune_sites, fine_tuning_notes
 from server_app.strategies.site_strategy import EvaluationSink, SiteStrategy
 
 
@@ -154,6 +154,11 @@ class FedSMStrategy(SiteStrategy):
         if split == "val" and self.selector_shrinkage is not None:
             self._fit_selector_head(grid, server_round, timeout)
         self.needed[split] = self._ask_needed_models(grid, server_round, timeout, split)
+
+    def finish_rounds(self, grid: Grid, timeout: float) -> None:
+        """After a round the stopping rule ended on, fine-tune (``fine-tune-passes``) and validate it again."""
+        if self.fine_tune_passes and self.fine_tuned is None:
+            fine_tune_after_stop(self, grid, timeout)
 
     def _fit_selector_head(self, grid: Grid, server_round: int, timeout: float) -> None:
         """Fit the selector's head from every site's embedding statistics.

@@ -85,3 +85,18 @@ def fine_tuning_notes(done: list[SiteFineTuning], site_names: list[str], max_pas
     if kept:
         notes.append(f"not fine-tuned (no accepted reply), SoftPull's personalized model kept: {', '.join(kept)}")
     return notes
+
+
+def fine_tune_after_stop(strategy: SiteStrategy, grid: Grid, timeout: float) -> None:
+    """A run the stopping rule ended: fine-tune now, then validate its last round again.
+
+    The rule reads a round's validation, so that validation came before the
+    sites could fine-tune. ``strategy.num_rounds`` is now that round, so
+    ``prepare_evaluation`` fine-tunes; the new validation replaces the round's
+    rows in ``metrics.csv`` and is the one gamma is chosen on.
+    """
+    server_round = strategy.num_rounds
+    log(INFO, "round %d: training stopped; the sites fine-tune and this round is validated again", server_round)
+    strategy.prepare_evaluation(grid, server_round, timeout, "val")
+    messages = strategy.evaluation_messages("val")
+    strategy.aggregate_evaluate(server_round, strategy.exchange(grid, messages, timeout, server_round))

@@ -101,6 +101,10 @@ class SiteStrategy(ReplyChecks):
                     server_round, self.num_rounds)
                 self.num_rounds = server_round
                 break
+        self.finish_rounds(grid, timeout)
+
+    def finish_rounds(self, grid: Grid, timeout: float) -> None:
+        """After the last round, before the test: nothing here (FedSM fine-tunes after a stopped run's round)."""
 
     def exchange(self, grid: Grid, messages: Iterable[Message], timeout: float, server_round: int,
                  stage: str | None = None) -> list[Message]:

@@ -8,8 +8,15 @@ from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord, Rec
 from flwr.serverapp.strategy import FedAvg
 
 from fedsm_core.algorithms.fedsm.softpull import soft_pull
-from fedsm_core.algorithms.filtered_mean import distances_to_median, filtered_mean, kept_replies
+from fedsm_core.algorithms.filtered_mean import (
+    cosines_to_median,
+    distances_to_median,
+    filtered_mean,
+    kept_replies,
+    left_out_replies,
+)
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average, robust_soft_pull
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 
 # Five one-coordinate-pair sites: the coordinate median of (0, 1, 2, 3, 40) and (0, 0, 0, 0, 0) is (2, 0).
 FIVE = [{"w": np.array([v, 0.0]), "count": np.array([1])} for v in (0.0, 1.0, 2.0, 3.0, 40.0)]
@@ -27,6 +34,39 @@ def test_replies_beyond_factor_times_the_median_distance_are_left_out():
     assert kept_replies(distances, 40.0).all()
     with pytest.raises(ValueError, match="filter-factor = 0.5 must be >= 1"):
         kept_replies(distances, 0.5)
+
+
+# Five updates from the origin (10, -5): (1, 0), (1, 1), (2, 0), (-3, 0) (pointing back), (1, -1); their
+# coordinate median is (1, 0). Distances to it: 0, 1, 1, 4, 1 (median 1); cosines with it: 1, 1/sqrt(2), 1, -1,
+# 1/sqrt(2).
+ORIGIN = {"w": np.array([10.0, -5.0]), "count": np.array([7])}
+UPDATES = [(1.0, 0.0), (1.0, 1.0), (2.0, 0.0), (-3.0, 0.0), (1.0, -1.0)]
+MOVED = [{"w": ORIGIN["w"] + np.array(u), "count": np.array([8])} for u in UPDATES]
+
+
+def test_cosines_of_the_updates_with_the_median_update_hand_computed():
+    np.testing.assert_allclose(cosines_to_median(MOVED, ORIGIN), [1.0, 0.5 ** 0.5, 1.0, -1.0, 0.5 ** 0.5],
+                               rtol=0, atol=1e-15)
+    # nothing moved: every cosine is 1 (no direction to disagree with)
+    assert cosines_to_median([ORIGIN, ORIGIN, ORIGIN], ORIGIN).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_direction_bound_leaves_out_a_near_reply_that_points_back():
+    # Execute: factor 4 keeps every distance (d <= 4 x 1); a least cosine of 0 leaves out the reversed update
+    kept = filtered_mean(MOVED, [1, 1, 1, 1, 1], 4.0, ORIGIN, min_cosine=0.0)
+
+    # Assert: the mean of the other four: origin + ((1 + 1 + 2 + 1) / 4, (0 + 1 + 0 - 1) / 4) = (11.25, -5)
+    np.testing.assert_allclose(kept["w"], [11.25, -5.0], rtol=0, atol=1e-15)
+    assert left_out_replies(MOVED, 4.0, ORIGIN, 0.0) == [3]
+    assert left_out_replies(MOVED, 4.0) == []  # the distance bound alone keeps it
+
+
+def test_without_the_direction_bound_it_is_the_distance_filtered_mean_bit_for_bit():
+    sizes = [3, 1, 4, 1, 5]
+    plain = filtered_mean(MOVED, sizes, 4.0)
+    for origin in (None, ORIGIN):  # min-cosine -1 (off), with or without the origin
+        same = filtered_mean(MOVED, sizes, 4.0, origin, min_cosine=-1.0)
+        assert all(np.array_equal(plain[key], same[key]) for key in plain)
 
 
 def test_the_kept_replies_are_averaged_with_their_sizes_hand_computed():
@@ -99,3 +139,27 @@ def test_robust_soft_pull_with_the_filtered_mean_is_soft_pull_when_nothing_stand
     pulled = robust_soft_pull(outlier, 0.7, settings)
     expected = 0.7 * similar["site-0"]["w"] + 0.3 * (similar["site-1"]["w"] + similar["site-2"]["w"]) / 2
     np.testing.assert_allclose(pulled["site-0"]["w"], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_global_models_aggregate_leaves_out_a_reversed_update_of_honest_length():
+    # Prepare: five honest sites move the global model by about d (the largest one twice as far, as a site that
+    # takes more local steps); the attacker sends an honest-length update pointing back (trained on wrong masks)
+    rng = np.random.default_rng(8)
+    start, direction = {"w": rng.normal(size=40)}, rng.normal(size=40)
+    honest = [{"w": start["w"] + scale * direction + 0.6 * rng.normal(size=40)} for scale in (1, 1, 1, 1, 2)]
+    attacker = {"w": start["w"] - 0.6 * direction + 0.6 * rng.normal(size=40)}
+    sizes = [4, 6, 4, 13, 20, 20]
+    settings = ServerOptimizerSettings()
+
+    # Execute: the distance bound alone, then with the direction bound
+    plain = ServerOptimizer(settings, AggregationSettings("filtered-mean"))
+    directed = ServerOptimizer(settings, AggregationSettings("filtered-mean", filter_min_cosine=0.0))
+    without_bound = plain.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1)
+    with_bound = directed.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1)
+
+    # Assert: the reversed update lies within three median distances, so only the direction bound leaves it out;
+    # what remains is the honest sites' weighted mean
+    assert plain.left_out == [] and directed.left_out == [5]
+    np.testing.assert_allclose(with_bound["w"], np.average([h["w"] for h in honest], axis=0, weights=sizes[:5]),
+                               rtol=1e-12, atol=1e-12)
+    assert np.dot(with_bound["w"] - start["w"], direction) > np.dot(without_bound["w"] - start["w"], direction)

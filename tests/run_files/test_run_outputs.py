@@ -32,6 +32,25 @@ def test_metrics_log_writes_long_rows_with_pooled(tmp_path):
     assert pooled["dice-global"] == pytest.approx(0.8)
 
 
+def test_a_second_evaluation_of_a_round_replaces_the_first_in_the_log_and_the_file(tmp_path):
+    # Arrange: round 2's validation, then round 2's test
+    log = MetricsLog(tmp_path / "metrics.csv")
+    log.add(2, "val", PER_SITE)
+    log.add(2, "test", PER_SITE)
+
+    # Execute: round 2 validated again (FedSM after fine-tuning a stopped run), with other values
+    log.add(2, "val", {"a": {"dice-global": 0.1, "num-images": 1.0}})
+
+    # Assert: one validation of round 2 (the new one) in memory and on disk; the test rows kept
+    with (tmp_path / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [tuple(map(str, row)) for row in log.rows] == [tuple(r.values()) for r in rows]
+    val = {(r["site"], r["metric"]): float(r["value"]) for r in rows if r["split"] == "val"}
+    assert val == {("a", "dice-global"): 0.1, ("a", "num-images"): 1.0, ("pooled", "dice-global"): 0.1,
+                   ("pooled", "num-images"): 1.0}
+    assert sum(r["split"] == "test" for r in rows) == 2 + 3 + 3  # a: 2 metrics, b: 3, pooled: 3
+
+
 def test_table_shows_only_reported_metrics_and_dashes_for_missing_sites():
     lines = format_table(PER_SITE)
     assert lines[0] == "| site | images | dice-global | dice-personal |"

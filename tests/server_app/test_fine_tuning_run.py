@@ -12,7 +12,8 @@ from support.in_process_grid import TINY
 from fedsm_core.config import RunConfig
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
-ONE_ROUND = TINY.replace("num-server-rounds=2", "num-server-rounds=1")
+TUNED = TINY.replace("fine-tune-passes=0", "fine-tune-passes=2")
+ONE_ROUND = TUNED.replace("num-server-rounds=2", "num-server-rounds=1")
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -22,7 +23,7 @@ def _same(a: dict, b: dict) -> bool:
 def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_personalized_model(tiny_fedsm,
                                                                                               in_process_app):
     # Execute: the session's one-round tiny FedSM run again, with two fine-tuning passes after its round
-    folder, rows, grid = in_process_app(f"{ONE_ROUND} fine-tune-passes=2")
+    folder, rows, grid = in_process_app(ONE_ROUND)
 
     # Assert: the rounds trained the same global model as without fine-tuning; each personalized model is now
     # the global model after the pass its site chose (pass 0: the global model itself), not SoftPull's
@@ -45,10 +46,28 @@ def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_pe
     # Execute: extending the run past its fine-tuned round
     # Assert: refused, since SoftPull would continue from the fine-tuned models
     with pytest.raises(ValueError, match="fine-tuned after its last round, 1 .* start a new run"):
-        in_process_app(f"{TINY} fine-tune-passes=2 resume-from='{folder / CHECKPOINT_FILE}'", name="extended")
+        in_process_app(f"{TUNED} resume-from='{folder / CHECKPOINT_FILE}'", name="extended")
 
 
-@pytest.mark.parametrize("settings", [{"strategy": "fedsm-extra"}, {"strategy": "fedavg"}, {"stop-window": 3}])
-def test_fine_tuning_outside_a_fixed_length_fedsm_run_is_refused_before_it_starts(settings):
-    with pytest.raises(ValueError, match=r"fine-tune-passes = 5 .*strategy 'fedsm'"):
-        RunConfig.from_mapping({"fine-tune-passes": 5, **settings})
+def test_a_run_the_stopping_rule_ends_fine_tunes_after_its_round_and_validates_that_round_again(in_process_app):
+    # Execute: at most 3 rounds; a gain of one whole Dice point over one round is never met, so the rule ends
+    # training after round 2; then the sites fine-tune for up to two passes
+    stop = "stop-window=1 stop-min-gain=1.0 stop-min-rounds=2"
+    folder, rows, grid = in_process_app(f"{TUNED.replace('num-server-rounds=2', 'num-server-rounds=3')} {stop}")
+
+    # Assert: training stopped after round 2, every site fine-tuned once, and round 2's validation (which chose
+    # gamma) is recorded once per site and metric: the one taken after fine-tuning replaced the first
+    assert max(int(r["round"]) for r in rows) == 2
+    assert sum("fine-tuned the global model into a personalized model: site-" in line for line in grid.log) == 6
+    val = [(r["site"], r["metric"]) for r in rows if r["split"] == "val" and r["round"] == "2"]
+    assert val and len(val) == len(set(val))
+    assert {r["round"] for r in rows if r["split"] == "test"} == {"2"}
+    assert "personalized models fine-tuned from the final global model" in (folder / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "fedsm-extra", "fedbn"])
+def test_strategies_without_fedsm_personalized_models_ignore_the_default_fine_tuning(strategy):
+    # fine-tune-passes is FedSM's (default 30); the others have no personalized models to replace, and their
+    # configuration is accepted with it, as with softpull-lambda
+    config = RunConfig.from_mapping({"strategy": strategy})
+    assert config.fine_tune_passes == 30

@@ -14,8 +14,10 @@ from experiments.in_process_app import InProcessGrid, run_app, run_config_of
 
 __all__ = ["TINY", "InProcessGrid", "metrics_rows", "only_run_folder", "run_app", "run_config_of"]
 
-# Two FedSM rounds on tiny generated sites: what the whole-run tests train (seconds, not minutes)
-TINY = "num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1"
+# Two FedSM rounds on tiny generated sites: what the whole-run tests train (seconds, not minutes). Without final
+# fine-tuning: the resume tests continue its one-round run, and the fine-tuning tests ask for it themselves.
+TINY = ("num-server-rounds=2 max-local-steps=2 image-size=32 data-scale=0.1 selector-width=8 eval-every=1 "
+        "fine-tune-passes=0")
 
 
 def only_run_folder(runs: Path) -> Path:

@@ -60,10 +60,14 @@ class FedSMSettings:
         the route applying to every slice of the case (``route-by``).
     fine_tune_passes : int
         0: the personalized models are the ones the rounds trained (the paper).
-        ``E > 0``: after the last round every site fine-tunes the final global
-        model for up to ``E`` passes and keeps the pass best on its validation
-        split as its personalized model
+        ``E > 0`` (default 30, chosen on validation): after the last round
+        (also one the stopping rule ended on) every site fine-tunes the final
+        global model for up to ``E`` passes and keeps the pass best on its
+        validation split as its personalized model
         (:mod:`fedsm_core.algorithms.fedsm.final_fine_tuning`; ``fine-tune-passes``).
+        Read by strategy ``fedsm`` only; the others have no personalized
+        models to replace (FedSM-extra's selector rounds come after its model
+        rounds) and ignore it.
     """
 
     softpull_lambda: float = setting(0.99, "softpull-lambda", low=0.0, high=1.0, allowed="[1/K, 1]")
@@ -78,7 +82,7 @@ class FedSMSettings:
     gamma_selection: str = setting("client-average", "gamma-selection", choices=GAMMA_SELECTIONS)
     extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
     route_by: str = setting("image", "route-by", choices=ROUTE_BY)
-    fine_tune_passes: int = setting(0, "fine-tune-passes", low=0, high=10_000)
+    fine_tune_passes: int = setting(30, "fine-tune-passes", low=0, high=10_000)
 
     def __post_init__(self) -> None:
         check_settings(self)
