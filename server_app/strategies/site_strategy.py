@@ -198,8 +198,8 @@ class SiteStrategy(ReplyChecks):
     def note_left_out(self, server_round: int, sites: Sequence[str], indices: Iterable[int], model: str) -> None:
         """Log and remember the replies (``indices`` into ``sites``) the filtered mean left out of ``model``."""
         for index in indices:
-            log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites')",
-                server_round, sites[index], model)
+            log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites', or "
+                "pointing elsewhere: filter-min-cosine)", server_round, sites[index], model)
             self.left_out.append((server_round, sites[index], model))
 
     def note_absent(self, server_round: int, replied: Iterable[str]) -> None:
