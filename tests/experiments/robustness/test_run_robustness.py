@@ -43,6 +43,15 @@ def test_a_clipped_aggregation_sets_the_clip_factor_and_a_plain_one_none():
     assert (plain["aggregation"], plain["clip-update-norm"], plain["attack"]) == ("mean", 0.0, "")
 
 
+def test_the_directed_filtered_mean_sets_the_least_cosine_and_the_others_leave_it_off():
+    directed = run_robustness.cell_overrides(("d.toml", "fedavg", "label-flip", "filtered-mean+cosine", 1), 30,
+                                             "site-6", 4.0, {}, 2.5, 0.25)
+    plain = run_robustness.cell_overrides(("d.toml", "fedavg", "label-flip", "filtered-mean", 1), 30, "site-6", 4.0,
+                                          {}, 2.5, 0.25)
+    assert (directed["aggregation"], directed["filter-min-cosine"]) == ("filtered-mean", 0.25)
+    assert (plain["aggregation"], plain["filter-min-cosine"]) == ("filtered-mean", -1.0)
+
+
 def test_fedsm_only_attacks_are_planned_for_fedsm_alone():
     planned = run_robustness.cells(["d"], ["fedavg", "fedsm"], ["none", "poison-personalized"], ["mean"], [0])
     assert planned == [("d", "fedavg", "none", "mean", 0), ("d", "fedsm", "none", "mean", 0),
