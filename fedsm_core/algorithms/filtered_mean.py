@@ -100,6 +100,20 @@ def _kept(weights: Sequence[Mapping[str, np.ndarray]], factor: float, origin: Ma
     return kept_replies(distances_to_median(weights), factor, cosines, min_cosine)
 
 
+def filter_scores(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[str, np.ndarray] | None = None,
+                  ) -> list[tuple[float, float]]:
+    """Per reply: its distance to the coordinate median over the median distance, and its update's cosine.
+
+    What the two bounds compare with ``filter-factor`` and ``filter-min-cosine``
+    (the cosine is ``nan`` without ``origin``); for the run's log.
+    """
+    distances = distances_to_median(weights)
+    typical = float(np.median(distances))
+    ratios = distances / typical if typical > 0 else np.where(distances > 0, np.inf, 0.0)
+    cosines = cosines_to_median(weights, origin) if origin is not None else np.full(len(weights), np.nan)
+    return [(float(r), float(c)) for r, c in zip(ratios, cosines, strict=True)]
+
+
 def left_out_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float,
                      origin: Mapping[str, np.ndarray] | None = None, min_cosine: float = -1.0) -> list[int]:
     """Indices of the replies :func:`filtered_mean` leaves out, in reply order (for the run's log and summary)."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
-from fedsm_core.algorithms.filtered_mean import left_out_replies
+from fedsm_core.algorithms.filtered_mean import filter_scores, left_out_replies
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.update_clipping import clip_updates
 from fedsm_core.checks import check_settings, setting
@@ -79,6 +79,7 @@ class ServerOptimizer:
         self.aggregation = aggregation or AggregationSettings()
         self.moments: dict[str, Weights] = {}
         self.left_out: list[int] = []  # replies the last aggregate left out (filtered-mean), in reply order
+        self.scores: list[tuple[float, float]] = []  # the last filtered mean's (distance ratio, cosine) per reply
 
     def aggregate(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
                   sizes: Sequence[float], steps: Sequence[float], server_round: int) -> Weights:
@@ -94,13 +95,14 @@ class ServerOptimizer:
             sizes = [1.0] * len(weights)
         if self.aggregation.clip_update_norm:
             weights = clip_updates(current, weights, self.aggregation.clip_update_norm)
-        self.left_out = []
+        self.left_out, self.scores = [], []
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         else:
             if self.aggregation.name == "filtered-mean":
                 self.left_out = left_out_replies(weights, self.aggregation.filter_factor, current,
                                                  self.aggregation.filter_min_cosine)
+                self.scores = filter_scores(weights, current)
             averaged = robust_average(weights, sizes, self.aggregation, current)
         return self.step(current, averaged, server_round)
 

@@ -130,7 +130,7 @@ class FedSMStrategy(SiteStrategy):
         self.note_absent(server_round, updates)
         self.require_replies(server_round, len(updates))
         self.fedsm.aggregate(updates, server_round)
-        self.note_left_out(server_round, list(updates), self.fedsm.global_optimizer.left_out, "global model")
+        self.note_left_out(server_round, list(updates), self.fedsm.global_optimizer, "global model")
         self._fix_amplitude(server_round, list(updates.values()))
         metrics = self.mean_metrics(accepted)
         log(INFO, "round %d: %d/%d sites trained", server_round, len(updates), len(self.nodes))

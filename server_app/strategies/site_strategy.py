@@ -11,6 +11,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from app_protocol import records
+from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.models.weights import Weights
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from server_app.discovery import SiteNode
@@ -195,9 +196,16 @@ class SiteStrategy(ReplyChecks):
             return f"client error: {reply.error.reason}"
         return f"unreachable, the SuperLink answered for it: {reply.error.reason}"
 
-    def note_left_out(self, server_round: int, sites: Sequence[str], indices: Iterable[int], model: str) -> None:
-        """Log and remember the replies (``indices`` into ``sites``) the filtered mean left out of ``model``."""
-        for index in indices:
+    def note_left_out(self, server_round: int, sites: Sequence[str], optimizer: ServerOptimizer, model: str) -> None:
+        """Log each reply's filter scores; log and remember the replies the filtered mean left out of ``model``.
+
+        ``sites`` name the replies ``optimizer`` aggregated last, in its order.
+        """
+        if optimizer.scores:
+            log(INFO, "round %d: filtered mean of the %s, distance / median distance and update cosine: %s",
+                server_round, model, ", ".join(f"{site} {ratio:.2f} {cosine:+.2f}"
+                                               for site, (ratio, cosine) in zip(sites, optimizer.scores, strict=True)))
+        for index in optimizer.left_out:
             log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites', or "
                 "pointing elsewhere: filter-min-cosine)", server_round, sites[index], model)
             self.left_out.append((server_round, sites[index], model))

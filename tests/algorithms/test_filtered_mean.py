@@ -11,6 +11,7 @@ from fedsm_core.algorithms.fedsm.softpull import soft_pull
 from fedsm_core.algorithms.filtered_mean import (
     cosines_to_median,
     distances_to_median,
+    filter_scores,
     filtered_mean,
     kept_replies,
     left_out_replies,
@@ -49,6 +50,13 @@ def test_cosines_of_the_updates_with_the_median_update_hand_computed():
                                rtol=0, atol=1e-15)
     # nothing moved: every cosine is 1 (no direction to disagree with)
     assert cosines_to_median([ORIGIN, ORIGIN, ORIGIN], ORIGIN).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_logged_scores_are_the_distance_over_the_median_distance_and_the_cosine():
+    scores = filter_scores(MOVED, ORIGIN)
+    np.testing.assert_allclose([r for r, _ in scores], [0.0, 1.0, 1.0, 4.0, 1.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose([c for _, c in scores], [1.0, 0.5 ** 0.5, 1.0, -1.0, 0.5 ** 0.5], rtol=0, atol=1e-15)
+    assert all(np.isnan(c) for _, c in filter_scores(MOVED))  # no origin: no update to take a cosine of
 
 
 def test_the_direction_bound_leaves_out_a_near_reply_that_points_back():
@@ -160,6 +168,7 @@ def test_a_global_models_aggregate_leaves_out_a_reversed_update_of_honest_length
     # Assert: the reversed update lies within three median distances, so only the direction bound leaves it out;
     # what remains is the honest sites' weighted mean
     assert plain.left_out == [] and directed.left_out == [5]
+    assert directed.scores == plain.scores and directed.scores[5][1] < 0 < min(c for _, c in directed.scores[:5])
     np.testing.assert_allclose(with_bound["w"], np.average([h["w"] for h in honest], axis=0, weights=sizes[:5]),
                                rtol=1e-12, atol=1e-12)
     assert np.dot(with_bound["w"] - start["w"], direction) > np.dot(without_bound["w"] - start["w"], direction)
