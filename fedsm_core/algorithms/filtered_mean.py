@@ -30,6 +30,7 @@ reply whose update does not point the median's way::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,46 +39,49 @@ from fedsm_core.algorithms.aggregation import weighted_average
 from fedsm_core.models.weights import Weights, check_same_layout
 
 
-def distances_to_median(weights: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
-    """``d_k = ||w_k - m||`` over all float arrays, ``m`` the coordinate median; float64, shape ``(K,)``.
+def median_scores(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``d_k = ||w_k - m||`` and ``cos(w_k - o, m - o)``, ``m`` the coordinate median, in one pass over the arrays.
 
-    Integer arrays (batch-norm counters) are bookkeeping, not parameters, and
-    are left out of the distance as update clipping leaves them out of norms.
+    Float64, shape ``(K,)`` each; one median per array serves both (a model's
+    median is what costs). Integer arrays (batch-norm counters) are
+    bookkeeping, not parameters, and are left out as update clipping leaves
+    them out of norms. Without ``origin`` the cosines are ``nan``; a zero
+    update, or a zero median update, has cosine 1: nothing to point elsewhere.
     """
     if len(weights) == 0:
         raise ValueError("filtered mean: no weights to aggregate")
     for index, other in enumerate(weights[1:], start=1):
         check_same_layout(weights[0], other, f"filtered mean: weight set {index}")
-    squares = np.zeros(len(weights), dtype=np.float64)
+    if origin is not None:
+        check_same_layout(origin, weights[0], "filtered mean: the round's start model")
+    squares, dots, norms = (np.zeros(len(weights), dtype=np.float64) for _ in range(3))
+    median_norm = 0.0
     for key, first in weights[0].items():
         if not np.issubdtype(np.asarray(first).dtype, np.floating):
             continue
         stacked = np.stack([np.asarray(w[key], dtype=np.float64).ravel() for w in weights])
-        squares += np.square(stacked - np.median(stacked, axis=0)).sum(axis=1)
-    return np.sqrt(squares)
+        if origin is not None:  # updates; their distances to the median update are the weights' to the median
+            stacked -= np.asarray(origin[key], dtype=np.float64).ravel()
+        median = np.median(stacked, axis=0)
+        squares += np.square(stacked - median).sum(axis=1)
+        dots += stacked @ median
+        norms += np.square(stacked).sum(axis=1)
+        median_norm += float(np.square(median).sum())
+    if origin is None:
+        return np.sqrt(squares), np.full(len(weights), np.nan)
+    scale = np.sqrt(norms * median_norm)
+    return np.sqrt(squares), np.where(scale > 0, dots / np.where(scale > 0, scale, 1.0), 1.0)
+
+
+def distances_to_median(weights: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+    """``d_k = ||w_k - m||`` over all float arrays (:func:`median_scores`)."""
+    return median_scores(weights)[0]
 
 
 def cosines_to_median(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[str, np.ndarray]) -> np.ndarray:
-    """``cos(w_k - o, m - o)`` over all float arrays, ``m`` the coordinate median; float64, shape ``(K,)``.
-
-    A zero update, or a zero median update, has cosine 1: nothing to point elsewhere.
-    """
-    for index, other in enumerate(weights):
-        check_same_layout(origin, other, f"filtered mean: weight set {index}")
-    dots = np.zeros(len(weights), dtype=np.float64)
-    norms = np.zeros(len(weights), dtype=np.float64)
-    median_norm = 0.0
-    for key, start in origin.items():
-        if not np.issubdtype(np.asarray(start).dtype, np.floating):
-            continue
-        start = np.asarray(start, dtype=np.float64).ravel()
-        updates = np.stack([np.asarray(w[key], dtype=np.float64).ravel() for w in weights]) - start
-        median = np.median(updates, axis=0)
-        dots += updates @ median
-        norms += np.square(updates).sum(axis=1)
-        median_norm += float(np.square(median).sum())
-    scale = np.sqrt(norms * median_norm)
-    return np.where(scale > 0, dots / np.where(scale > 0, scale, 1.0), 1.0)
+    """``cos(w_k - o, m - o)`` over all float arrays (:func:`median_scores`)."""
+    return median_scores(weights, origin)[1]
 
 
 def kept_replies(distances: np.ndarray, factor: float, cosines: np.ndarray | None = None,
@@ -94,10 +98,41 @@ def kept_replies(distances: np.ndarray, factor: float, cosines: np.ndarray | Non
     return keep if cosines is None else keep & (cosines >= min_cosine)
 
 
-def _kept(weights: Sequence[Mapping[str, np.ndarray]], factor: float, origin: Mapping[str, np.ndarray] | None,
-          min_cosine: float) -> np.ndarray:
-    cosines = None if origin is None or min_cosine <= -1.0 else cosines_to_median(weights, origin)
-    return kept_replies(distances_to_median(weights), factor, cosines, min_cosine)
+@dataclasses.dataclass(frozen=True)
+class FilterDecision:
+    """Which replies the filtered mean keeps, and each reply's scores (for the run's log)."""
+
+    keep: np.ndarray
+    distances: np.ndarray
+    cosines: np.ndarray
+
+    @property
+    def left_out(self) -> list[int]:
+        """Indices of the replies left out, in reply order."""
+        return [int(i) for i in np.flatnonzero(~self.keep)]
+
+    @property
+    def scores(self) -> list[tuple[float, float]]:
+        """Per reply: its distance over the median distance, and its update's cosine (``nan`` without origin)."""
+        typical = float(np.median(self.distances))
+        ratios = self.distances / typical if typical > 0 else np.where(self.distances > 0, np.inf, 0.0)
+        return [(float(r), float(c)) for r, c in zip(ratios, self.cosines, strict=True)]
+
+    def mean(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
+        """FedAvg's weighted mean of the kept replies."""
+        if len(weights) != len(sizes):
+            raise ValueError(f"filtered mean: {len(weights)} weight sets but {len(sizes)} sizes")
+        return weighted_average([w for w, k in zip(weights, self.keep, strict=True) if k],
+                                [n for n, k in zip(sizes, self.keep, strict=True) if k])
+
+
+def filter_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float,
+                   origin: Mapping[str, np.ndarray] | None = None, min_cosine: float = -1.0) -> FilterDecision:
+    """The distance bound, and with ``origin`` and ``min_cosine > -1`` the direction bound, in one pass."""
+    distances, cosines = median_scores(weights, origin)
+    directed = origin is not None and min_cosine > -1.0
+    return FilterDecision(kept_replies(distances, factor, cosines if directed else None, min_cosine),
+                          distances, cosines)
 
 
 def filter_scores(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[str, np.ndarray] | None = None,
@@ -105,19 +140,15 @@ def filter_scores(weights: Sequence[Mapping[str, np.ndarray]], origin: Mapping[s
     """Per reply: its distance to the coordinate median over the median distance, and its update's cosine.
 
     What the two bounds compare with ``filter-factor`` and ``filter-min-cosine``
-    (the cosine is ``nan`` without ``origin``); for the run's log.
+    (the cosine is ``nan`` without ``origin``).
     """
-    distances = distances_to_median(weights)
-    typical = float(np.median(distances))
-    ratios = distances / typical if typical > 0 else np.where(distances > 0, np.inf, 0.0)
-    cosines = cosines_to_median(weights, origin) if origin is not None else np.full(len(weights), np.nan)
-    return [(float(r), float(c)) for r, c in zip(ratios, cosines, strict=True)]
+    return filter_replies(weights, 1.0, origin).scores
 
 
 def left_out_replies(weights: Sequence[Mapping[str, np.ndarray]], factor: float,
                      origin: Mapping[str, np.ndarray] | None = None, min_cosine: float = -1.0) -> list[int]:
     """Indices of the replies :func:`filtered_mean` leaves out, in reply order (for the run's log and summary)."""
-    return [int(i) for i in np.flatnonzero(~_kept(weights, factor, origin, min_cosine))]
+    return filter_replies(weights, factor, origin, min_cosine).left_out
 
 
 def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
@@ -147,8 +178,4 @@ def filtered_mean(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[f
         :func:`~fedsm_core.algorithms.aggregation.weighted_average` of the kept
         replies, in each array's dtype; bit for bit FedAvg when all are kept.
     """
-    if len(weights) != len(sizes):
-        raise ValueError(f"filtered mean: {len(weights)} weight sets but {len(sizes)} sizes")
-    keep = _kept(weights, factor, origin, min_cosine)
-    return weighted_average([w for w, k in zip(weights, keep, strict=True) if k],
-                            [n for n, k in zip(sizes, keep, strict=True) if k])
+    return filter_replies(weights, factor, origin, min_cosine).mean(weights, sizes)

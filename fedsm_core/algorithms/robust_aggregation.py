@@ -146,7 +146,7 @@ def krum(weights: Sequence[Mapping[str, np.ndarray]], byzantine: int,
 
 
 def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float],
-                   settings: AggregationSettings, origin: Mapping[str, np.ndarray] | None = None) -> Weights:
+                   settings: AggregationSettings) -> Weights:
     """The sites' models combined by ``settings.name``: the one aggregation every strategy calls.
 
     ``mean`` is :func:`~fedsm_core.algorithms.aggregation.weighted_average`
@@ -165,9 +165,6 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
         ``n_k``, the sites' example counts (used by ``mean`` only).
     settings : AggregationSettings
         Which statistic and its parameters.
-    origin : dict, optional
-        The model the replies started from, where there is one (a global
-        model): ``filtered-mean``'s direction bound needs it.
 
     Returns
     -------
@@ -177,7 +174,7 @@ def robust_average(weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[
     if settings.name == "mean":
         return weighted_average(weights, sizes)
     if settings.name == "filtered-mean":
-        return filtered_mean(weights, sizes, settings.filter_factor, origin, settings.filter_min_cosine)
+        return filtered_mean(weights, sizes, settings.filter_factor)  # the direction bound: ServerOptimizer
     if len(weights) != len(sizes):
         raise ValueError(f"robust_average: {len(weights)} weight sets but {len(sizes)} sizes")
     return _ROBUST_STATISTICS[settings.name](weights, settings)

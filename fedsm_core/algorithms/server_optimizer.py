@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
-from fedsm_core.algorithms.filtered_mean import filter_scores, left_out_replies
+from fedsm_core.algorithms.filtered_mean import filter_replies
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.update_clipping import clip_updates
 from fedsm_core.checks import check_settings, setting
@@ -98,13 +98,18 @@ class ServerOptimizer:
         self.left_out, self.scores = [], []
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
+        elif self.aggregation.name == "filtered-mean":
+            averaged = self._filtered(current, weights, sizes)
         else:
-            if self.aggregation.name == "filtered-mean":
-                self.left_out = left_out_replies(weights, self.aggregation.filter_factor, current,
-                                                 self.aggregation.filter_min_cosine)
-                self.scores = filter_scores(weights, current)
-            averaged = robust_average(weights, sizes, self.aggregation, current)
+            averaged = robust_average(weights, sizes, self.aggregation)
         return self.step(current, averaged, server_round)
+
+    def _filtered(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
+                  sizes: Sequence[float]) -> Weights:
+        """The filtered mean, its direction bound measured from ``current``; notes what it left out, and why."""
+        decision = filter_replies(weights, self.aggregation.filter_factor, current, self.aggregation.filter_min_cosine)
+        self.left_out, self.scores = decision.left_out, decision.scores
+        return decision.mean(weights, sizes)
 
     def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
         """The plain average of ``weights`` by ``sizes`` or equally (``site-weighting``), without a step.
