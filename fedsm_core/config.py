@@ -114,6 +114,7 @@ class RunConfig:
     krum_byzantine: int = owned(AggregationSettings, "krum_byzantine")
     filter_factor: float = owned(AggregationSettings, "filter_factor")
     filter_min_cosine: float = owned(AggregationSettings, "filter_min_cosine")
+    filter_memory: bool = owned(AggregationSettings, "filter_memory")
     clip_update_norm: float = owned(AggregationSettings, "clip_update_norm")
     attack: str = owned(AttackSettings, "plan")
     attack_scale: float = owned(AttackSettings, "scale")

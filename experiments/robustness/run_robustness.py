@@ -4,7 +4,8 @@ Each cell is one whole federated run through the real ServerApp and ClientApps
 in this process (:mod:`experiments.in_process_app`): a dataset, a method, an
 attack made by ``--attacked-site`` (``none``: the same run without one), an
 ``aggregation`` (``<name>+clip`` also sets ``clip-update-norm = --clip-factor``;
-``filtered-mean+cosine`` sets ``filter-min-cosine = --min-cosine``)
+``filtered-mean+cosine`` sets ``filter-min-cosine = --min-cosine``;
+``filtered-mean+memory`` sets ``filter-memory = true``)
 and a seed. It records every site's test Dice of the deployed model (FedAvg's
 global model, FedSM's super model) and the seconds per round.
 The table reads the client average over the honest sites only, the attacked
@@ -40,6 +41,7 @@ from fedsm_core.methods import METHODS
 NONE = "none"
 CLIPPED = "+clip"  # an aggregation name with this suffix also cuts updates to --clip-factor x the median norm
 DIRECTED = "filtered-mean+cosine"  # the filtered mean with its direction bound (filter-min-cosine = --min-cosine)
+REMEMBERING = "filtered-mean+memory"  # the filtered mean with its memory of each site's distance ratios (filter-memory)
 Cell = tuple[str, str, str, str, int]  # dataset, method, attack, aggregation, seed
 
 
@@ -63,11 +65,12 @@ def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, ex
     """The run config of one cell: ``extra`` plus the cell's dataset, method, attack, aggregation and seed."""
     dataset, method, attack, aggregation, seed = cell
     plan = "" if attack == NONE else f"{attacked_site}:{attack}"
-    name = "filtered-mean" if aggregation == DIRECTED else aggregation.removesuffix(CLIPPED)
+    name = "filtered-mean" if aggregation in (DIRECTED, REMEMBERING) else aggregation.removesuffix(CLIPPED)
     values = {"eval-every": rounds, **MEASURED_WITH, **extra, "dataset": dataset, "strategy": method, "seed": seed,
               "data-seed": seed, "num-server-rounds": rounds, "aggregation": name, "attack": plan,
               "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0,
-              "filter-min-cosine": min_cosine if aggregation == DIRECTED else -1.0}
+              "filter-min-cosine": min_cosine if aggregation == DIRECTED else -1.0,
+              "filter-memory": aggregation == REMEMBERING}
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains
     return values
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedsm"], choices=sorted(METHODS))
     parser.add_argument("--attacks", nargs="+", default=[NONE, *ATTACKS], choices=[NONE, *ATTACKS])
     parser.add_argument("--aggregations", nargs="+", default=list(AGGREGATIONS),
-                        choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS), DIRECTED])
+                        choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS), DIRECTED, REMEMBERING])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--attacked-site", default="site-6")

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
+from fedsm_core.algorithms.filter_memory import MEMORY_KEY, FilterMemory
 from fedsm_core.algorithms.filtered_mean import filter_replies
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.update_clipping import clip_updates
@@ -80,9 +81,11 @@ class ServerOptimizer:
         self.moments: dict[str, Weights] = {}
         self.left_out: list[int] = []  # replies the last aggregate left out (filtered-mean), in reply order
         self.scores: list[tuple[float, float]] = []  # the last filtered mean's (distance ratio, cosine) per reply
+        self.memory = FilterMemory()  # each site's distance ratios so far (filter-memory)
 
     def aggregate(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
-                  sizes: Sequence[float], steps: Sequence[float], server_round: int) -> Weights:
+                  sizes: Sequence[float], steps: Sequence[float], server_round: int,
+                  sites: Sequence[str] | None = None) -> Weights:
         """The new model from the sites' trained ``weights``: their average (by size, or FedNova's), then :meth:`step`.
 
         ``steps`` are the local steps each site took (used by ``fednova`` only);
@@ -90,6 +93,7 @@ class ServerOptimizer:
         average is the ``aggregation``'s (:func:`~fedsm_core.algorithms.robust_aggregation.robust_average`):
         the weighted mean, or a statistic one site cannot drag; with
         ``clip-update-norm`` each site's update is first cut to a typical length.
+        ``sites`` name the replies, for ``filter-memory`` (which needs them).
         """
         if self.settings.site_weighting == "equal":
             sizes = [1.0] * len(weights)
@@ -99,15 +103,25 @@ class ServerOptimizer:
         if self.settings.step_normalization == "fednova":
             averaged = normalized_average(current, weights, sizes, steps)
         elif self.aggregation.name == "filtered-mean":
-            averaged = self._filtered(current, weights, sizes)
+            averaged = self._filtered(current, weights, sizes, sites)
         else:
             averaged = robust_average(weights, sizes, self.aggregation)
         return self.step(current, averaged, server_round)
 
     def _filtered(self, current: Mapping[str, np.ndarray], weights: Sequence[Mapping[str, np.ndarray]],
-                  sizes: Sequence[float]) -> Weights:
-        """The filtered mean, its direction bound measured from ``current``; notes what it left out, and why."""
-        decision = filter_replies(weights, self.aggregation.filter_factor, current, self.aggregation.filter_min_cosine)
+                  sizes: Sequence[float], sites: Sequence[str] | None) -> Weights:
+        """The filtered mean, its direction bound measured from ``current``; notes what it left out, and why.
+
+        Under ``filter-memory`` the sites' mean distance ratios, this round's
+        included, also leave out a site that stands out on average.
+        """
+        factor = self.aggregation.filter_factor
+        decision = filter_replies(weights, factor, current, self.aggregation.filter_min_cosine)
+        if self.aggregation.filter_memory:
+            if sites is None:
+                raise ValueError("filter-memory: the filtered mean needs the replies' site names")
+            self.memory.record(sites, [ratio for ratio, _ in decision.scores])
+            decision = dataclasses.replace(decision, keep=decision.keep & ~self.memory.far(sites, factor))
         self.left_out, self.scores = decision.left_out, decision.scores
         return decision.mean(weights, sizes)
 
@@ -167,9 +181,13 @@ class ServerOptimizer:
         return eta * state["m"] / (np.sqrt(state["v"]) + s.tau)
 
     def state_dict(self) -> dict[str, Weights]:
-        """The moments, for checkpoints."""
-        return {key: dict(state) for key, state in self.moments.items()}
+        """The moments, and the filter memory's ratios where it has any, for checkpoints."""
+        state = {key: dict(values) for key, values in self.moments.items()}
+        memory = self.memory.state_dict()
+        return {**state, MEMORY_KEY: memory} if memory else state
 
     def load_state_dict(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         """Restore :meth:`state_dict`'s output."""
-        self.moments = {key: dict(values) for key, values in state.items()}
+        self.moments = {key: dict(values) for key, values in state.items() if key != MEMORY_KEY}
+        self.memory = FilterMemory()
+        self.memory.load_state_dict(state.get(MEMORY_KEY, {}))

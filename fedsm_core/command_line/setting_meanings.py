@@ -241,6 +241,11 @@ MEANINGS: dict[str, str] = {
         "this with the coordinate median of the updates is left out too, however near it lies; -1: off "
         "(`fedsm_core/algorithms/filtered_mean.py`)"
     ),
+    "filter-memory": (
+        "`filtered-mean`, global models: also leave out a site whose mean distance ratio over the rounds so far "
+        "exceeds `filter-factor`, so a site that stands out round after round stays out in the rounds it dips "
+        "under the bound (`fedsm_core/algorithms/filter_memory.py`)"
+    ),
     "clip-update-norm": (
         "cut each site's update of a global model to at most this many times the median update norm before "
         "averaging (0: off), so no site moves the average by the length of its update alone "

@@ -78,8 +78,10 @@ class FedAvgStrategy(SiteStrategy):
         trained = [weights for _, _, weights, _ in accepted]
         sizes = [size for _, _, _, size in accepted]
         steps = [self.local_steps(reply) for _, reply, _, _ in accepted]
-        self.global_weights = self.server_optimizer.aggregate(self.global_weights, trained, sizes, steps, server_round)
-        self.note_left_out(server_round, [site for site, _, _, _ in accepted], self.server_optimizer, "global model")
+        sites = [site for site, _, _, _ in accepted]
+        self.global_weights = self.server_optimizer.aggregate(self.global_weights, trained, sizes, steps, server_round,
+                                                              sites)
+        self.note_left_out(server_round, sites, self.server_optimizer, "global model")
         self.global_weights = self.fix_amplitude(server_round, trained, sizes,
                                                  {"global": self.global_weights})["global"]
         if self.optimizer_state is not None:

@@ -206,8 +206,10 @@ class SiteStrategy(ReplyChecks):
                 server_round, model, ", ".join(f"{site} {ratio:.2f} {cosine:+.2f}"
                                                for site, (ratio, cosine) in zip(sites, optimizer.scores, strict=True)))
         for index in optimizer.left_out:
-            log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites', or "
-                "pointing elsewhere: filter-min-cosine)", server_round, sites[index], model)
+            memory = (f", or far on average: filter-memory, mean distance ratio "
+                      f"{optimizer.memory.mean_ratio(sites[index]):.2f}" if optimizer.aggregation.filter_memory else "")
+            log(WARNING, "round %d: %s's %s left out of the filtered mean (far from the other sites', or pointing "
+                "elsewhere: filter-min-cosine%s)", server_round, sites[index], model, memory)
             self.left_out.append((server_round, sites[index], model))
 
     def note_absent(self, server_round: int, replied: Iterable[str]) -> None:

@@ -150,7 +150,8 @@ class FedSM:
         sizes = [update.num_examples for update in replies]
         # Everything is computed before anything is assigned, so a failure leaves the state intact.
         global_weights = self.global_optimizer.aggregate(self.global_weights, [u.global_weights for u in replies],
-                                                         sizes, [u.steps for u in replies], server_round)
+                                                         sizes, [u.steps for u in replies], server_round,
+                                                         list(updates))
         selector_sizes = sizes if self.selector_weighting == "size" else [1.0] * len(replies)
         selector_weights = robust_average([u.selector_weights for u in replies], selector_sizes, self.aggregation)
         selector_optimizer = self.selector_optimizer

@@ -52,6 +52,16 @@ def test_the_directed_filtered_mean_sets_the_least_cosine_and_the_others_leave_i
     assert (plain["aggregation"], plain["filter-min-cosine"]) == ("filtered-mean", -1.0)
 
 
+def test_the_remembering_filtered_mean_turns_the_memory_on_and_the_others_leave_it_off():
+    remembering = run_robustness.cell_overrides(("d.toml", "fedavg", "label-flip", "filtered-mean+memory", 1), 30,
+                                                "site-6", 4.0, {})
+    directed = run_robustness.cell_overrides(("d.toml", "fedavg", "label-flip", "filtered-mean+cosine", 1), 30,
+                                             "site-6", 4.0, {})
+    assert (remembering["aggregation"], remembering["filter-memory"], remembering["filter-min-cosine"]) == (
+        "filtered-mean", True, -1.0)
+    assert (directed["aggregation"], directed["filter-memory"]) == ("filtered-mean", False)
+
+
 def test_fedsm_only_attacks_are_planned_for_fedsm_alone():
     planned = run_robustness.cells(["d"], ["fedavg", "fedsm"], ["none", "poison-personalized"], ["mean"], [0])
     assert planned == [("d", "fedavg", "none", "mean", 0), ("d", "fedsm", "none", "mean", 0),
