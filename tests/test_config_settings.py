@@ -29,7 +29,7 @@ CHANGED = {
     "pfedme-k": 2, "pfedme-eta": 0.1, "softpull-lambda": 0.8, "server-optimizer": "adam", "server-lr": 0.5,
     "server-momentum": 0.4, "server-beta1": 0.8, "server-beta2": 0.95, "server-tau": 0.01,
     "step-normalization": "fednova", "site-weighting": "equal", "trim-fraction": 0.3, "krum-byzantine": 2,
-    "filter-factor": 4.0, "filter-min-cosine": 0.1, "filter-memory": True, "clip-update-norm": 1.5,
+    "filter-factor": 4.0, "filter-min-cosine": 0.1, "filter-memory": False, "clip-update-norm": 1.5,
     "attack": "site-1:sign-flip", "attack-scale": 2.0, "optimizer-state": "local", "extra-rounds": 4,
     "amplitude-normalization": True, "amplitude-decay": 0.2, "amplitude-window": 4, "amplitude-freeze-round": 3,
     "weight-perturbation": True, "perturbation-alpha": 0.2, "knn-k": 4, "knn-kernel-scale": 2.0, "knn-capacity": 77,

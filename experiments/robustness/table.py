@@ -101,7 +101,11 @@ def write_table(csv_path: Path, out: Path, attacked_site: str = "site-6") -> Pat
               f"Client-average test Dice of the honest sites (all but {attacked_site}), mean over each cell's "
               "seeds (seed 0 unless named); in brackets the change from the run "
               "without attack under the mean on the same seeds, in Dice points. "
-              "Made by `python -m experiments.robustness.table` from `results.csv`.", ""]
+              "Made by `python -m experiments.robustness.table` from `results.csv`.", "",
+              "Columns are `run_robustness` aggregations: `filtered-mean` is each round judged on its own "
+              "(`filter-memory = false`), `filtered-mean+cosine` adds the direction bound, `filtered-mean+memory` "
+              "the memory of each site's distance ratios (`filter-memory = true`, the default), `<name>+clip` "
+              "adds `clip-update-norm`.", ""]
     out.write_text("\n".join(header + table_lines(dice, seconds)))
     _plot(dice, out.parent / "plot.png")
     return out

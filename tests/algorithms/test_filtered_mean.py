@@ -162,8 +162,9 @@ def test_a_global_models_aggregate_leaves_out_a_reversed_update_of_honest_length
     # Execute: the distance bound alone, then with the direction bound
     plain = ServerOptimizer(settings, AggregationSettings("filtered-mean"))
     directed = ServerOptimizer(settings, AggregationSettings("filtered-mean", filter_min_cosine=0.0))
-    without_bound = plain.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1)
-    with_bound = directed.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1)
+    sites = [f"site-{k}" for k in range(1, 7)]  # the memory's first round: each site's mean ratio is its ratio
+    without_bound = plain.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1, sites)
+    with_bound = directed.aggregate(start, [*honest, attacker], sizes, [1] * 6, 1, sites)
 
     # Assert: the reversed update lies within three median distances, so only the direction bound leaves it out;
     # what remains is the honest sites' weighted mean

@@ -20,7 +20,8 @@ from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
 from server_app.strategies.fedbn import FedBNStrategy
 
 MEDIAN = AggregationSettings("median")
-FILTERED = AggregationSettings("filtered-mean")
+FILTERED = AggregationSettings("filtered-mean")  # with its memory (the default)
+EACH_ROUND = AggregationSettings("filtered-mean", filter_memory=False)  # each round judged on its own
 
 
 def _plan(aggregation: AggregationSettings = MEDIAN, **more) -> RoundPlan:
@@ -135,7 +136,7 @@ def _three_replies(wild: dict[str, np.ndarray]) -> list:
 def test_the_filtered_mean_names_the_site_it_leaves_out_in_its_state_and_the_summary():
     # Prepare: site-c is far out in rounds 1 and 2 (median (2, 1): distances 1, 1, 140.7 > 3 * 1),
     # ordinary in round 3 (median (1.5, 1.5): distances 0.71, 0.71, 0 <= 3 * 0.71)
-    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(EACH_ROUND), EvaluationLog())
     wild = {1: w(100.0, -100.0), 2: w(100.0, -100.0), 3: w(1.5, 1.5)}
 
     # Execute
@@ -148,9 +149,29 @@ def test_the_filtered_mean_names_the_site_it_leaves_out_in_its_state_and_the_sum
     np.testing.assert_array_equal(first, [1.75, 1.75])
     assert strategy.left_out == [(1, "site-c", "global model"), (2, "site-c", "global model")]
     assert left_out_notes(strategy.left_out) == ["filtered mean: site-c's global model left out in 2 round(s): 1-2"]
-    resumed = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    resumed = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(EACH_ROUND), EvaluationLog())
     resumed.load_state_dict(strategy.state_dict())
     assert resumed.left_out == strategy.left_out
+
+
+def test_the_filtered_means_memory_keeps_a_site_out_in_its_ordinary_round_also_after_a_resume():
+    # Prepare: as above, site-c far out in rounds 1 and 2 (ratio 140.7) and ordinary in round 3 (ratio 0);
+    # its mean ratio after round 3 is (140.7 + 140.7 + 0) / 3 > 3
+    wild = {1: w(100.0, -100.0), 2: w(100.0, -100.0), 3: w(1.5, 1.5)}
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    for server_round in (1, 2):
+        strategy.aggregate_train(server_round, _three_replies(wild[server_round]))
+    resumed = FedAvgStrategy(w(0.0, 0.0), NODES, _plan(FILTERED), EvaluationLog())
+    resumed.load_state_dict(strategy.state_dict())
+
+    # Execute: round 3 in the running strategy and in one resumed from its state
+    for each in (strategy, resumed):
+        each.aggregate_train(3, _three_replies(wild[3]))
+
+    # Assert: site-c stays out in round 3 in both: the average of a and b, (10 * 1 + 30 * 2) / 40 = 1.75
+    for each in (strategy, resumed):
+        assert each.left_out[-1] == (3, "site-c", "global model")
+        np.testing.assert_array_equal(each.global_weights["w"], [1.75, 1.75])
 
 
 def test_the_mean_leaves_nothing_out_and_rounds_are_described_as_spans():
