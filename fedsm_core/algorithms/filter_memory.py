@@ -18,7 +18,8 @@ round it replied in, this round included; with ``r_k(s) = d_k(s) / median_j d_j(
     leave k out in round t  iff  r_k(t) > c  or  mean_{s <= t, k replied} r_k(s) > c
 
 It only ever leaves out more than the round's own bound: where every site's
-mean ratio is within ``c`` the filtered mean is unchanged. What it cannot stop
+mean ratio is within ``c`` the filtered mean is unchanged (and where the
+memory would leave out every reply, the round's own bound decides). What it cannot stop
 is a site that stays within ``c`` typical distances on average (a slow
 drift), or a colluding majority, which moves the median itself.
 """
@@ -40,18 +41,14 @@ class FilterMemory:
         self.rounds: dict[str, int] = {}
 
     def record(self, sites: Sequence[str], ratios: Sequence[float]) -> None:
-        """Add one round's distance ratios, one per replying site (in reply order).
-
-        An infinite ratio (the round's median distance was 0 and this reply's
-        was not) is recorded as it is: that site's mean stays infinite.
-        """
+        """Add one round's distance ratios, one per replying site (in reply order); each finite, >= 0."""
         if len(sites) != len(ratios):
             raise ValueError(f"filter memory: {len(sites)} sites but {len(ratios)} distance ratios")
         if len(set(sites)) != len(sites):
             raise ValueError(f"filter memory: a site replied twice in one round: {list(sites)}")
         for site, ratio in zip(sites, ratios, strict=True):
-            if np.isnan(ratio) or ratio < 0:
-                raise ValueError(f"filter memory: site '{site}' has distance ratio {ratio}; expected >= 0")
+            if not np.isfinite(ratio) or ratio < 0:
+                raise ValueError(f"filter memory: site '{site}' has distance ratio {ratio}; expected a finite one >= 0")
             self.totals[site] = self.totals.get(site, 0.0) + float(ratio)
             self.rounds[site] = self.rounds.get(site, 0) + 1
 

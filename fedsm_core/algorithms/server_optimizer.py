@@ -18,7 +18,7 @@ import numpy as np
 
 from fedsm_core.algorithms.aggregation import normalized_average
 from fedsm_core.algorithms.filter_memory import MEMORY_KEY, FilterMemory
-from fedsm_core.algorithms.filtered_mean import filter_replies
+from fedsm_core.algorithms.filtered_mean import FilterDecision, filter_replies
 from fedsm_core.algorithms.robust_aggregation import AggregationSettings, robust_average
 from fedsm_core.algorithms.update_clipping import clip_updates
 from fedsm_core.checks import check_settings, setting
@@ -120,10 +120,22 @@ class ServerOptimizer:
         if self.aggregation.filter_memory:
             if sites is None:
                 raise ValueError("filter-memory: the filtered mean needs the replies' site names")
-            self.memory.record(sites, [ratio for ratio, _ in decision.scores])
-            decision = dataclasses.replace(decision, keep=decision.keep & ~self.memory.far(sites, factor))
+            decision = self._remembered(decision, sites, factor)
         self.left_out, self.scores = decision.left_out, decision.scores
         return decision.mean(weights, sizes)
+
+    def _remembered(self, decision: FilterDecision, sites: Sequence[str], factor: float) -> FilterDecision:
+        """``decision`` with the sites far on average left out too (:mod:`~fedsm_core.algorithms.filter_memory`).
+
+        A round whose median distance is 0 (more than half the replies
+        identical) has no finite ratios and is not remembered; where the memory
+        would leave out every reply, the round's own decision stands.
+        """
+        ratios = [ratio for ratio, _ in decision.scores]
+        if all(np.isfinite(ratios)):
+            self.memory.record(sites, ratios)
+        keep = decision.keep & ~self.memory.far(sites, factor)
+        return dataclasses.replace(decision, keep=keep) if keep.any() else decision
 
     def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
         """The plain average of ``weights`` by ``sizes`` or equally (``site-weighting``), without a step.

@@ -89,3 +89,18 @@ def test_the_memory_needs_the_sites_and_refuses_a_site_twice_or_a_missing_ratio(
         FilterMemory().record(["a", "a"], [1.0, 1.0])
     with pytest.raises(ValueError, match="site 'a' has distance ratio nan"):
         FilterMemory().record(["a"], [float("nan")])
+
+
+def test_a_round_of_identical_replies_is_not_remembered_and_the_memory_never_leaves_out_every_reply():
+    # Prepare: round 1, four of six replies identical (median distance 0: the others' ratios are infinite)
+    identical = [{"w": np.array([v], dtype=np.float64)} for v in (1.0, 1.0, 1.0, 1.0, 2.0, 3.0)]
+    remembering = optimizer(True)
+
+    # Execute / Assert: the round's own bound leaves out the two that differ; nothing is remembered
+    remembering.aggregate(START, identical, SIZES, [1] * 6, 1, SITES)
+    assert remembering.left_out == [4, 5] and remembering.memory.state_dict() == {}
+
+    # Two sites replying, both far on average from an earlier round: the round's own decision stands
+    remembering.memory.record(["site-1", "site-2"], [9.0, 9.0])
+    pair = remembering.aggregate(START, ROUND_1[:2], [1.0, 3.0], [1, 1], 2, ["site-1", "site-2"])
+    assert remembering.left_out == [] and pair["w"][0] == pytest.approx((1.0 + 3 * 2.0) / 4, abs=1e-12)
