@@ -22,7 +22,13 @@ import tomllib
 import torch
 
 from experiments.study.runs import interrupted_checkpoint
-from fedsm_core.analysis.pooled import centralized_settings, concat_arrays, pass_lr_factor, train_on_arrays
+from fedsm_core.analysis.pooled import (
+    centralized_settings,
+    concat_arrays,
+    pass_lr_factor,
+    pass_optimizer_restart,
+    train_on_arrays,
+)
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import dataset_info, training_dataset
@@ -166,7 +172,7 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
             sites[info.site_names[int(job.split("-")[1]) - 1]].train
         on_epoch = (lambda e, d: curve.append((e, d))) if job == "Centralized" else None
         model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch,
-                                pass_lr_factor(config))
+                                pass_lr_factor(config), pass_optimizer_restart(config))
         if on_model is not None:
             on_model(job, model, sites)
         per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}

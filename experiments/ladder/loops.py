@@ -102,7 +102,7 @@ def centralized_cell(config: RunConfig, folder: Path) -> CellResult:
 
     model = train_on_arrays(spec, concat_arrays([s.train for s in sites]), settings,
                             config.num_server_rounds * config.local_epochs, validation, device, on_epoch,
-                            pass_lr_factor(config))
+                            pass_lr_factor(config), restart_every=0)  # the ladder's reference: one Adam throughout
     return CellResult({"global": curve}, {"global": score(model, sites, "test", device)})
 
 

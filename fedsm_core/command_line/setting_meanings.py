@@ -269,7 +269,9 @@ MEANINGS: dict[str, str] = {
         "the site's disk from one round to the next, never sent (`client_app/site_state.py`); `averaged` (FedAvg, "
         "FedProx, SCAFFOLD, HarmoFL: the one model every site trains alike) sends each site's Adam state back with "
         "its model, and every site starts the next round from their average, weighted as the model is "
-        "(`site-weighting`). FedSM's selector follows `selector-moments`"
+        "(`site-weighting`). FedSM's selector follows `selector-moments`. Centralized training (the experiments' "
+        "pooled baseline) trains as one site holding every image: a fresh Adam every `local-epochs` passes under "
+        "`reset`, one Adam over all passes otherwise"
     ),
     "gamma": (
         "selector confidence threshold of Algorithm 2 (used as given with `gamma-selection = \"fixed\"`)"
