@@ -51,6 +51,7 @@ from experiments.study.runs import (
     ROWS_FILE,
     Launch,
     RunKey,
+    case_scores,
     chunk_seconds,
     federated_rows,
     read_rows,
@@ -65,6 +66,8 @@ from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_im
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
 from fedsm_core.config import RunConfig
 from fedsm_core.device import select_device, set_cpu_threads
+from fedsm_core.evaluation.super_model_evaluation import evaluate_model
+from fedsm_core.run_files.run_outputs import POOLED, pool_site_metrics
 
 PACKAGES = ("torch", "flwr", "numpy", "segmentation-models-pytorch", "ray", "matplotlib", "tqdm")
 Job = tuple[RunKey, dict[str, object], RunKey | None]
@@ -115,17 +118,23 @@ def source_rounds(source: RunKey | None, runs: Path, recorded: Sequence[Mapping[
 def run_centralized(key: RunKey, settings: Mapping[str, object], rounds: int) -> list[dict[str, object]]:
     """Pooled training for ``rounds`` passes (``run_pooled``); its rows, with every test image scored."""
     images: list[tuple[str, str, bool, float]] = []
+    cases: list[tuple[str, str, float]] = []
     config = RunConfig.from_mapping({**settings, "num-server-rounds": rounds})
     device = select_device(config.device)
 
     def score_images(job: str, model, sites) -> None:
         images.extend(image_rows(sites.values(), lambda i, site: model_image_dice(
             model, site.test, config.batch_size * 2, device)))
+        per_site = {name: evaluate_model(model, site.test, device=device) for name, site in sites.items()}
+        per_site[POOLED] = pool_site_metrics(per_site)
+        cases.extend(case_scores({(site, metric): value for site, metrics in per_site.items()
+                                  for metric, value in metrics.items()}, "dice-global"))
 
     began = time.monotonic()
     tests, curve = run_pooled(["centralized"], key.seed, {**settings, "num-server-rounds": rounds}, score_images)
     seconds = time.monotonic() - began
-    return result_rows(key, rounds, [(str(r["site"]), float(r["value"])) for r in tests], images, curve, seconds)
+    return result_rows(key, rounds, [(str(r["site"]), float(r["value"])) for r in tests], images, curve, seconds,
+                       cases)
 
 
 def check_images(key: RunKey, images: list[tuple[str, str, bool, float]], rows: list[dict[str, object]]) -> None:

@@ -40,10 +40,14 @@ from fedsm_core.training.stopping_rule import StoppingRule, stopping_round, vali
 ROWS_FILE = "study-rows.csv"
 CHUNKS_FILE = "chunks.jsonl"
 ROW_COLUMNS = ("dataset", "method", "seed", "run", "kind", "round", "site", "image", "value")
-# kind: "test" (reported Dice per site and pooled), "image" (Dice of a test image with foreground),
+# kind: "test" (reported Dice per site and pooled), "image" (Dice of a test image with foreground), CASE_KINDS,
 # "val" (pooled validation Dice per evaluated round), "seconds" (wall time of the whole run), and for
 # FedSM's family the super model's parts tested alone (PART_KINDS: kind -> the ServerApp's test metric)
 PART_KINDS = {"test-global": "dice-global", "test-personal": "dice-personal"}
+# Where the test images are slices of cases (volumes, generated prostate cases), the reported model's per-case
+# scores as well, per site and pooled: kind -> the prefix that replaces "dice-" in the method's score
+# (dice-super -> case-dice-super). Absent for datasets of 2-D images.
+CASE_KINDS = {"case-dice": "case-dice-", "case-hd95": "case-hd95-", "case-hd95-mm": "case-hd95-mm-"}
 Launch = Callable[[dict[str, object], Path, str], Path]
 
 
@@ -253,7 +257,8 @@ def federated_rows(key: RunKey, final: Path, images: Sequence[tuple[str, str, bo
     score = METHODS[key.method].score
     rounds = max((int(r["round"]) for r in metrics if r["split"] == "test"), default=0)
     tests = [(r["site"], float(r["value"])) for r in metrics if r["split"] == "test" and r["metric"] == score]
-    rows = result_rows(key, rounds, tests, images, validation_curve(metric_rows(metrics), score), seconds)
+    cases = case_scores({(r["site"], r["metric"]): float(r["value"]) for r in metrics if r["split"] == "test"}, score)
+    rows = result_rows(key, rounds, tests, images, validation_curve(metric_rows(metrics), score), seconds, cases)
     if METHODS[key.method].family == "fedsm":  # the global model alone, each site's own personalized model alone
         base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed, "run": key.digest}
         rows += [{**base, "kind": kind, "round": rounds, "site": r["site"], "image": "", "value": float(r["value"])}
@@ -262,13 +267,30 @@ def federated_rows(key: RunKey, final: Path, images: Sequence[tuple[str, str, bo
     return rows
 
 
+def case_scores(test: Mapping[tuple[str, str], float], score: str) -> list[tuple[str, str, float]]:
+    """``(kind, site, value)`` of :data:`CASE_KINDS` from one run's test metrics (``(site, metric) -> value``).
+
+    ``score`` is the method's reported metric (``dice-<model>``); its case
+    scores are ``case-dice-<model>`` and so on. Empty where the run scored no
+    cases (2-D images).
+    """
+    model = score.removeprefix("dice-")
+    return [(kind, site, value) for kind, prefix in CASE_KINDS.items()
+            for (site, metric), value in test.items() if metric == prefix + model]
+
+
 def result_rows(key: RunKey, rounds: int, tests: Sequence[tuple[str, float]],
                 images: Sequence[tuple[str, str, bool, float]], curve: Sequence[tuple[int, float]],
-                seconds: float) -> list[dict[str, object]]:
-    """Rows of :data:`ROW_COLUMNS` for one run; images without foreground are left out (as in every Dice mean)."""
+                seconds: float, cases: Sequence[tuple[str, str, float]] = ()) -> list[dict[str, object]]:
+    """Rows of :data:`ROW_COLUMNS` for one run; images without foreground are left out (as in every Dice mean).
+
+    ``cases`` are the run's :func:`case_scores`: one row of their kind per site.
+    """
     base = {"dataset": key.dataset_label, "method": key.method, "seed": key.seed, "run": key.digest}
     rows = [{**base, "kind": "test", "round": rounds, "site": site, "image": "", "value": value}
             for site, value in tests]
+    rows += [{**base, "kind": kind, "round": rounds, "site": site, "image": "", "value": value}
+             for kind, site, value in cases]
     rows += [{**base, "kind": "image", "round": rounds, "site": site, "image": image, "value": dice}
              for site, image, foreground, dice in images if foreground]
     rows += [{**base, "kind": "val", "round": r, "site": "pooled", "image": "", "value": v} for r, v in curve]

@@ -14,7 +14,10 @@ every draw resamples each site's test images with replacement, separately per
 seed (each seed has its own test set where ``data-seed`` changes the split), so
 the interval shows how much the few test images of a site move the result.
 The generator of each (dataset, method) is seeded from their names, so the
-file is byte-identical for the same CSV.
+file is byte-identical for the same CSV. Datasets whose test images are slices
+of cases (``synthetic-prostate``, NIfTI volumes) get a second table: the slice
+Dice (the paper's metric) beside the per-case 3-D Dice and HD95 of the same
+model (:data:`experiments.study.runs.CASE_KINDS`).
 
 A study that spans sittings has seeds that only some methods have finished.
 Each dataset's tables and curves hold only the seeds every method of that
@@ -37,7 +40,7 @@ import numpy as np
 
 from experiments.paper.comparison_table import best_so_far, comparison_table, mean_std
 from experiments.runner import FEDERATED
-from experiments.study.runs import PART_KINDS, read_rows
+from experiments.study.runs import CASE_KINDS, PART_KINDS, read_rows
 
 DISPLAY = {"centralized": "Centralized", **FEDERATED}
 DRAWS = 2000
@@ -178,6 +181,30 @@ def parts_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
     return lines
 
 
+def cases_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
+    """Markdown lines: slice Dice (the paper's) beside the per-case 3-D scores, for datasets of cases.
+
+    Client averages over the test sites of each seed, then mean ± std over
+    seeds; empty for a dataset without case rows (2-D images). HD95 in
+    millimetres needs every test case's voxel spacing, else ``-``.
+    """
+    mine = [r for r in rows if r["dataset"] == dataset]
+    methods = list(dict.fromkeys(r["method"] for r in mine if r["kind"] in CASE_KINDS))
+    if not methods:
+        return []
+    lines = ["Per case (the slices of a case stacked back into its volume; client average of the test sites):", "",
+             "| method | slice Dice (paper) | per-case 3-D Dice | HD95 (voxels) | HD95 (mm) | seeds |",
+             "|---|---|---|---|---|---|"]
+    for method in methods:
+        runs = [r for r in mine if r["method"] == method]
+        columns = [client_averages(runs, kind) for kind in ("test", *CASE_KINDS)]
+        seeds = sorted(set(columns[0]) & set(columns[1]), key=int)
+        cells = [mean_std([column[s] for s in seeds]) if all(s in column for s in seeds) else "-"
+                 for column in columns]
+        lines.append(f"| {DISPLAY.get(method, method)} | " + " | ".join([*cells, str(len(seeds))]) + " |")
+    return lines
+
+
 def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
     """The whole ``table.md``: one section per dataset, in the CSV's order."""
     text = ["Test Dice, mean ± std over the seeds every method of a dataset has finished (named under its heading); "
@@ -188,8 +215,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
         text += [f"## {dataset}", "", note, ""]
         if mine:
             text += [*dataset_table(mine, dataset, draws), ""]
-        parts = parts_table(mine, dataset)
-        text += [*parts, ""] if parts else []
+        for extra in (cases_table(mine, dataset), parts_table(mine, dataset)):
+            text += [*extra, ""] if extra else []
     return "\n".join(text)
 
 
