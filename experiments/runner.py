@@ -144,12 +144,13 @@ def _row(method: str, seed: int, site: str, value: float, settings: dict[str, ob
 
 
 def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
-               on_model: Callable[[str, torch.nn.Module, dict[str, SiteSplits]], None] | None = None,
+               on_model: Callable[[str, torch.nn.Module, dict[str, SiteSplits], dict[str, dict]], None] | None = None,
                ) -> tuple[list[dict], list]:
     """Centralized and/or Local-k for one seed; returns test rows and the centralized curve.
 
-    ``on_model(job, model, sites)``, when given, sees each trained model with the sites
-    it was scored on (``experiments.study.run_plan`` scores every test image with it).
+    ``on_model(job, model, sites, per_site)``, when given, sees each trained model with the sites
+    it was scored on and their test metrics (site and ``pooled`` -> metric -> value;
+    ``experiments.study.run_plan`` scores every test image with it and keeps the per-case scores).
     """
     config = RunConfig.from_mapping({**overrides, "seed": seed})
     set_cpu_threads(config.torch_threads)  # more threads than free cores slows training several-fold
@@ -173,10 +174,10 @@ def run_pooled(methods: list[str], seed: int, overrides: dict[str, object],
         on_epoch = (lambda e, d: curve.append((e, d))) if job == "Centralized" else None
         model = train_on_arrays(spec, train, settings, epochs, validation if on_epoch else {}, device, on_epoch,
                                 pass_lr_factor(config), pass_optimizer_restart(config))
-        if on_model is not None:
-            on_model(job, model, sites)
         per_site = {name: evaluate_model(model, s.test, device=device) for name, s in sites.items()}
         per_site[POOLED] = pool_site_metrics(per_site)
+        if on_model is not None:
+            on_model(job, model, sites, per_site)
         rows += [_row(method_label(job, config), seed, name, m["dice-global"], tag) for name, m in per_site.items()]
         print(f"[compare] {job} seed {seed}: pooled test Dice {per_site[POOLED]['dice-global']:.4f} "
               f"({time.monotonic() - started:.0f} s)", flush=True)

@@ -66,8 +66,6 @@ from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_im
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
 from fedsm_core.config import RunConfig
 from fedsm_core.device import select_device, set_cpu_threads
-from fedsm_core.evaluation.super_model_evaluation import evaluate_model
-from fedsm_core.run_files.run_outputs import POOLED, pool_site_metrics
 
 PACKAGES = ("torch", "flwr", "numpy", "segmentation-models-pytorch", "ray", "matplotlib", "tqdm")
 Job = tuple[RunKey, dict[str, object], RunKey | None]
@@ -122,11 +120,9 @@ def run_centralized(key: RunKey, settings: Mapping[str, object], rounds: int) ->
     config = RunConfig.from_mapping({**settings, "num-server-rounds": rounds})
     device = select_device(config.device)
 
-    def score_images(job: str, model, sites) -> None:
+    def score_images(job: str, model, sites, per_site) -> None:
         images.extend(image_rows(sites.values(), lambda i, site: model_image_dice(
             model, site.test, config.batch_size * 2, device)))
-        per_site = {name: evaluate_model(model, site.test, device=device) for name, site in sites.items()}
-        per_site[POOLED] = pool_site_metrics(per_site)
         cases.extend(case_scores({(site, metric): value for site, metrics in per_site.items()
                                   for metric, value in metrics.items()}, "dice-global"))
 
