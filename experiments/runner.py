@@ -225,3 +225,11 @@ def append_rows(csv_path: Path, columns: tuple[str, ...], rows: list[tuple]) -> 
         if fresh:
             writer.writerow(columns)
         writer.writerows(tuple(f"{v:.6f}" if isinstance(v, float) else v for v in row) for row in rows)
+
+
+def read_rows(csv_path: Path) -> list[dict[str, str]]:
+    """The rows :func:`append_rows` wrote, none when the file does not exist yet."""
+    if not csv_path.exists():
+        return []
+    with csv_path.open(newline="") as handle:
+        return list(csv.DictReader(handle))

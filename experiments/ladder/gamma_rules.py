@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,11 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from experiments import in_process
+from experiments.ladder import run_folders
 from experiments.ladder.loops import fedsm_federation, load_sites, read_cell_checkpoint
 from experiments.ladder.run_ladder import cell_config, cell_folder
-from experiments.runner import append_rows, parse_overrides
+from experiments.runner import append_rows, parse_overrides, read_rows
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.data.cases import named_case
 from fedsm_core.data.repartition import repartition, take
 from fedsm_core.device import select_device
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
@@ -100,8 +101,17 @@ def score_rules(federation: in_process.Federation, chosen_on: Metrics,
 
 
 def halves(data: SegArrays) -> tuple[SegArrays, SegArrays]:
-    """The even- and the odd-numbered images of a split."""
-    return take(data, np.arange(0, len(data), 2)), take(data, np.arange(1, len(data), 2))
+    """The even- and the odd-numbered cases of a split (an image without a case is a case of its own).
+
+    Halving by case keeps the slices of one volume together: neighbouring
+    slices are nearly alike, so a choice made on the even slices of a case
+    and scored on its odd ones would barely be held out. Cases are numbered
+    in order of their first image.
+    """
+    order = list(dict.fromkeys(named_case(example) or example for example in data.ids))
+    number = {case: index for index, case in enumerate(order)}
+    parity = np.array([number[named_case(example) or example] % 2 for example in data.ids])
+    return take(data, np.flatnonzero(parity == 0)), take(data, np.flatnonzero(parity == 1))
 
 
 def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str, float]]:
@@ -142,14 +152,6 @@ def load_cell(dataset: str, method: str, seed: int, rounds: int, overrides: dict
     federation.fedsm, _ = state["federation"]
     in_process.fit_selector_head(federation)
     return federation
-
-
-def read_rows(csv_path: Path) -> list[dict[str, str]]:
-    """The CSV's rows, none when it does not exist yet."""
-    if not csv_path.exists():
-        return []
-    with csv_path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def seed_cells(values: list[float | None]) -> list[str]:
@@ -204,7 +206,10 @@ def arguments(description: str, argv: list[str] | None,
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True, help="the ladder's --out (its runs/ hold the checkpoints)")
-    parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument("--datasets", nargs="+", default=[], help="the ladder cells' datasets")
+    parser.add_argument("--run-folders", nargs="+", type=Path, default=[],
+                        help="finished FedSM run folders of the app (fine-tune-passes = 0) to re-score instead "
+                             "of ladder cells (experiments.ladder.run_folders)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--run-config", default="")
@@ -212,7 +217,10 @@ def arguments(description: str, argv: list[str] | None,
     parser.add_argument("--variant-config", default="")
     if more is not None:
         more(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.datasets and not args.run_folders:
+        parser.error("name the cells to re-score: --datasets (ladder cells) or --run-folders (app runs)")
+    return args
 
 
 def rescore_cells(args: argparse.Namespace, name: str, columns: tuple[str, ...], score, make_table) -> int:
@@ -221,9 +229,13 @@ def rescore_cells(args: argparse.Namespace, name: str, columns: tuple[str, ...],
     Rows are appended per cell (an interrupted call resumes at the next cell)
     and ``make_table(rows) -> markdown`` rewrites ``<out>/<name>.md``.
     """
+    csv_path = args.out / f"{name}.csv"
+    if args.run_folders:
+        run_folders.rescore_run_folders(args, name, columns, score)
+        (args.out / f"{name}.md").write_text(make_table(read_rows(csv_path)))
+        return 0
     overrides = {**parse_overrides(args.run_config), **parse_overrides(args.variant_config)}
     method = f"fedsm:{args.variant}" if args.variant else "fedsm"
-    csv_path = args.out / f"{name}.csv"
     done = {(r["dataset"], r["method"], int(r["seed"])) for r in read_rows(csv_path)}
     for dataset in args.datasets:
         for seed in args.seeds:
