@@ -146,7 +146,8 @@ def evaluate(federation: Federation, split: str, gamma: Gamma) -> dict[str, dict
     model = super_model(federation, gamma)
     gammas = list(GAMMA_GRID) if split == "val" else []
     batch = federation.config.batch_size * 2
-    return {site.name: evaluate_super_model(model, index, getattr(site, split), batch, federation.device, gammas)
+    return {site.name: evaluate_super_model(model, index, getattr(site, split), batch, federation.device, gammas,
+                                            route_by=federation.config.route_by)
             for index, site in enumerate(federation.sites)}
 
 

@@ -57,7 +57,7 @@ def sweep(federation: in_process.Federation, data: dict[str, SegArrays]) -> Metr
     model = in_process.super_model(federation, 0.0)
     batch = federation.config.batch_size * 2
     return {site.name: evaluate_super_model(model, index, data[site.name], batch, federation.device,
-                                            list(GAMMA_GRID))
+                                            list(GAMMA_GRID), route_by=federation.config.route_by)
             for index, site in enumerate(federation.sites) if site.name in data}
 
 
@@ -91,7 +91,8 @@ def score_rules(federation: in_process.Federation, chosen_on: Metrics,
             model = in_process.super_model(federation, gammas)
             batch = federation.config.batch_size * 2
             dice = {site.name: float(evaluate_super_model(model, index, scored_on[site.name], batch,
-                                                          federation.device)["dice-super"])
+                                                          federation.device,
+                                                          route_by=federation.config.route_by)["dice-super"])
                     for index, site in enumerate(federation.sites) if site.name in scored_on}
             results[rule] = (describe_rule(gammas, names), dice)
             continue

@@ -1,0 +1,205 @@
+r"""FedSM's gamma chosen on cross-fitted validation Dice of its fine-tuned personalized models.
+
+Usage (finished FedSM app runs with ``fine-tune-passes = 0``, such as the study's ``fedsm-softpull``
+cells, or the ladder's FedSM cells named as its re-scorers name them)::
+
+    python -m experiments.ladder.cross_fit_gamma --out experiments/results/reference-defaults \
+        --run-folders <run folder> --max-passes 30
+
+A run with ``fine-tune-passes`` > 0 reads each site's validation split twice:
+it keeps the best of the fine-tuning passes ``0..E`` on those images
+(:func:`~fedsm_core.algorithms.fedsm.final_fine_tuning.fine_tune_on_validation`),
+then scores the super model on the same images to choose gamma. The kept
+model's validation Dice is a maximum over ``E + 1`` noisy values, so it is
+optimistic, and gamma leans towards routing images to it. Cross-fitting takes
+that optimism out of the gamma choice without holding images out of either
+step: every site halves its validation split (by case,
+:func:`~experiments.ladder.gamma_rules.halves`) and scores its own images of
+one half with the model of the pass best on the other half,
+
+.. math::
+
+    D_k^{cf}(x) = \mathrm{Dice}\big(w^{(e^*_{\bar h(x)})}; x\big), \qquad
+    e^*_h = \arg\max_{0 \le e \le E} \mathrm{Dice}(w^{(e)}; D_{k,h}^{val}),
+
+where ``h(x)`` is the half of image ``x`` and ``\bar h`` the other one (the
+passes are one training run: the batch order is seeded, so only the pass
+kept differs). An image of site ``j`` routed to site ``k``'s model is scored
+with ``k``'s deployed model, whose pass ``k``'s own images chose. Gamma is
+chosen on these sweeps by every rule of :mod:`experiments.ladder.gamma_rules`;
+the deployed models are the passes best on the whole validation split.
+
+Arms, rows of ``<out>/cross_fit_gamma.csv`` (split ``test``: Dice on test at
+the gamma chosen; ``val``: the Dice that rule expected on the sweeps it chose
+on, none for ``per-model``):
+
+- ``softpull``: SoftPull's personalized models, gamma on validation;
+- ``fine-tuned``: the fine-tuned models, gamma on the validation split that
+  chose their passes (what a run with ``fine-tune-passes`` > 0 does);
+- ``cross-fit``: the same models, gamma on the cross-fitted sweeps.
+
+The table (``cross_fit_gamma.md``) gives client averages, the mean over seeds.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import numpy as np
+
+from experiments import in_process
+from experiments.ladder import gamma_rules
+from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
+from fedsm_core.models.weights import Weights
+
+COLUMNS = ("dataset", "method", "seed", "arm", "split", "rule", "gamma", "site", "dice", "passes")
+ARMS = ("softpull", "fine-tuned", "cross-fit")
+SHOWN_RULES = ("client-average", "validation", "per-site", "global")
+SUMMED = ("num-images", "num-empty", "routing-gain-sweep", "routed-count-sweep")
+
+
+def tune(federation: in_process.Federation, max_passes: int,
+         validation: dict[str, SegArrays] | None = None) -> dict[str, FineTuned]:
+    """Every site's fine-tuned global model, its pass chosen on ``validation``; personalized models unchanged."""
+    before = dict(federation.fedsm.personalized)
+    tuned = in_process.fine_tune(federation, max_passes, validation)
+    federation.fedsm.personalized.update(before)
+    return tuned
+
+
+def merge_halves(first: dict, second: dict) -> dict:
+    """One site's sweep metrics over two disjoint halves of its images.
+
+    Dice sweeps are means over the images with foreground, so they are
+    weighted by those counts; counts and routing gains are sums.
+    """
+    weights = [float(m["num-images"]) - float(m.get("num-empty", 0.0)) for m in (first, second)]
+    total = sum(weights)
+    merged = {"dice-super-sweep": [(a * weights[0] + b * weights[1]) / total if total else 0.0
+                                   for a, b in zip(first["dice-super-sweep"], second["dice-super-sweep"], strict=True)]}
+    for key in SUMMED:
+        if key in first:
+            merged[key] = (np.asarray(first[key], dtype=float) + np.asarray(second[key], dtype=float)).tolist()
+    for key in ("num-images", "num-empty"):
+        merged[key] = float(merged.get(key, 0.0))
+    return merged
+
+
+def cross_fitted(federation: in_process.Federation, deployed: dict[str, Weights],
+                 halves: dict[str, tuple[SegArrays, SegArrays]], chosen: tuple[dict[str, FineTuned], ...],
+                 whole: gamma_rules.Metrics) -> gamma_rules.Metrics:
+    """Each site's validation sweeps, its own images of one half scored by its model chosen on the other half.
+
+    ``chosen[h]``: the fine-tuned models of the passes best on half ``h``. A
+    site without halves (fewer than two validation images) keeps its sweeps
+    from ``whole``.
+    """
+    batch, metrics = federation.config.batch_size * 2, {}
+    for index, site in enumerate(federation.sites):
+        if site.name not in halves:
+            metrics[site.name] = whole[site.name]
+            continue
+        parts = []
+        for half, other in ((0, 1), (1, 0)):
+            federation.fedsm.personalized.update(deployed)
+            federation.fedsm.personalized[site.name] = chosen[other][site.name].weights
+            parts.append(evaluate_super_model(in_process.super_model(federation, 0.0), index, halves[site.name][half],
+                                              batch, federation.device, list(GAMMA_GRID),
+                                              route_by=federation.config.route_by))
+        metrics[site.name] = merge_halves(*parts)
+    federation.fedsm.personalized.update(deployed)
+    return metrics
+
+
+def arm_rows(arm: str, federation: in_process.Federation, chosen_on: gamma_rules.Metrics,
+             test: dict[str, SegArrays], passes: dict[str, int]) -> list[tuple]:
+    """``(arm, split, rule, gamma, site, Dice, passes)``: every rule's test Dice and its expected validation Dice."""
+    rows = []
+    for rule, (gamma, dice) in gamma_rules.score_rules(federation, chosen_on, test).items():
+        rows += [(arm, "test", rule, gamma, name, value, passes.get(name, "")) for name, value in dice.items()]
+        if rule == "per-model":  # its Dice depends on per-model gammas the sweeps do not hold
+            continue
+        gammas = gamma_rules.site_gammas(rule, chosen_on)
+        rows += [(arm, "val", rule, gamma, name,
+                  float(chosen_on[name]["dice-super-sweep"][GAMMA_GRID.index(gammas[name])]), passes.get(name, ""))
+                 for name in chosen_on]
+    return rows
+
+
+def scorer(max_passes: int):
+    """``score(federation) -> rows`` of the three arms, for :func:`~experiments.ladder.gamma_rules.rescore_cells`."""
+
+    def score(federation: in_process.Federation) -> list[tuple]:
+        softpull = dict(federation.fedsm.personalized)
+        val = {site.name: site.val for site in federation.sites}
+        test = {site.name: site.test for site in federation.sites}
+        rows = arm_rows("softpull", federation, gamma_rules.sweep(federation, val), test, {})
+        tuned = tune(federation, max_passes)
+        deployed = {name: result.weights for name, result in tuned.items()}
+        passes = {name: result.passes for name, result in tuned.items()}
+        federation.fedsm.personalized.update(deployed)
+        whole = gamma_rules.sweep(federation, val)
+        rows += arm_rows("fine-tuned", federation, whole, test, passes)
+        halves = {site.name: gamma_rules.halves(site.val) for site in federation.sites if len(site.val) >= 2}
+        chosen = tuple(tune(federation, max_passes, {name: parts[h] for name, parts in halves.items()})
+                       for h in (0, 1))
+        rows += arm_rows("cross-fit", federation, cross_fitted(federation, deployed, halves, chosen, whole),
+                         test, passes)
+        federation.fedsm.personalized.update(softpull)
+        for arm in ARMS:
+            means = [np.mean([r[5] for r in rows if r[:3] == (arm, split, "client-average")])
+                     for split in ("val", "test")]
+            print(f"[cross-fit-gamma]   {arm}: client-average validation {means[0]:.4f}, test {means[1]:.4f}",
+                  flush=True)
+        return rows
+
+    return score
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    """Markdown: per (dataset, method) and rule, each arm's client-average validation and test Dice over seeds."""
+    groups: dict = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(list)))
+    for row in rows:
+        cell = groups[(row["dataset"], row["method"])][(row["arm"], row["split"], row["rule"])]
+        cell[int(row["seed"])].append(row)
+    lines = ["# FedSM's gamma on cross-fitted validation", "",
+             "Generated by `python -m experiments.ladder.cross_fit_gamma` from `cross_fit_gamma.csv`. Client-average "
+             "Dice, mean over the seeds named; `val`: what the rule expected on the sweeps it chose gamma on; `test`: "
+             "at that gamma on test. `fine-tuned`: gamma chosen on the validation split that also chose each site's "
+             "fine-tuning pass (what a run does); `cross-fit`: the same models, gamma chosen with each site's own "
+             "validation images scored by its model of the pass best on the other half of its split.", ""]
+    for (dataset, method), cells in sorted(groups.items()):
+        seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
+        lines += [f"## {dataset}, {method} (seeds {', '.join(map(str, seeds))})", "",
+                  "| rule | " + " | ".join(f"{arm} val | {arm} test" for arm in ARMS) + " | gamma: "
+                  + " / ".join(ARMS) + " |", "|---|" + "---|" * (2 * len(ARMS) + 1)]
+        for rule in SHOWN_RULES:
+            shown, gammas = [], []
+            for arm in ARMS:
+                for split in ("val", "test"):
+                    by_seed = cells.get((arm, split, rule), {})
+                    values = [np.mean([float(r["dice"]) for r in by_seed[s]]) for s in seeds if s in by_seed]
+                    shown.append(f"{np.mean(values):.4f}" if values else "")
+                gammas.append(", ".join(by_seed[s][0]["gamma"] for s in seeds if s in by_seed))
+            lines.append(f"| {rule} | " + " | ".join(shown) + f" | {' / '.join(gammas)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score the finished FedSM cells or run folders not yet in ``cross_fit_gamma.csv``."""
+    args = gamma_rules.arguments(__doc__.split("\n\n")[0], argv, add_options)
+    return gamma_rules.rescore_cells(args, "cross_fit_gamma", COLUMNS, scorer(args.max_passes), table)
+
+
+def add_options(parser) -> None:
+    """The most fine-tuning passes (``fine-tune-passes`` of the runs compared)."""
+    parser.add_argument("--max-passes", type=int, default=30, help="most passes each site fine-tunes for")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
