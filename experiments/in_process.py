@@ -22,7 +22,7 @@ import torch
 
 from fedsm_core.algorithms.baselines.harmofl import AmplitudeSchedule
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
-from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned, fine_tune_on_validation
+from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned, fine_tune_on_splits
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, select_gamma
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.site_round import DictMemory, fedsm_site_round
@@ -116,20 +116,32 @@ def fine_tune(federation: Federation, max_passes: int,
               validation: dict[str, SegArrays] | None = None) -> dict[str, FineTuned]:
     """``fine-tune-passes``: every site's personalized model becomes its fine-tuned global model, as in the app.
 
-    The ClientApp's request carries round ``num-server-rounds + 1``
-    (:mod:`server_app.strategies.fine_tuning`); the fine-tuning runs at the base ``lr``.
     ``validation`` (default: each site's validation split) chooses the pass;
     a site it leaves out keeps its personalized model.
     """
+    splits = {site.name: site.val if validation is None else validation.get(site.name) for site in federation.sites}
+    choosers = {name: [split] for name, split in splits.items() if split is not None}
+    tuned = {name: found[0] for name, found in fine_tune_on_choosers(federation, max_passes, choosers).items()}
+    for name, result in tuned.items():
+        federation.fedsm.personalized[name] = result.weights
+    return tuned
+
+
+def fine_tune_on_choosers(federation: Federation, max_passes: int,
+                          choosers: dict[str, list[SegArrays]]) -> dict[str, list[FineTuned]]:
+    """Each site in ``choosers`` fine-tunes the global model once, its pass chosen on each of its splits in turn.
+
+    The ClientApp's request carries round ``num-server-rounds + 1``
+    (:mod:`server_app.strategies.fine_tuning`); the fine-tuning runs at the base ``lr``.
+    No personalized model is replaced.
+    """
     config, tuned = federation.config, {}
     for index, site in enumerate(federation.sites):
-        val = site.val if validation is None else validation.get(site.name)
-        if val is None:
+        if site.name not in choosers:
             continue
         settings = dataclasses.replace(config.round_settings(config.num_server_rounds + 1, index), lr=config.lr)
-        tuned[site.name] = fine_tune_on_validation(federation.spec, federation.fedsm.global_weights, site.train,
-                                                   val, max_passes, settings, federation.device)
-        federation.fedsm.personalized[site.name] = tuned[site.name].weights
+        tuned[site.name] = fine_tune_on_splits(federation.spec, federation.fedsm.global_weights, site.train,
+                                               choosers[site.name], max_passes, settings, federation.device)
     return tuned
 
 

@@ -62,15 +62,6 @@ SHOWN_RULES = ("client-average", "validation", "per-site", "global")
 SUMMED = ("num-images", "num-empty", "routing-gain-sweep", "routed-count-sweep")
 
 
-def tune(federation: in_process.Federation, max_passes: int,
-         validation: dict[str, SegArrays] | None = None) -> dict[str, FineTuned]:
-    """Every site's fine-tuned global model, its pass chosen on ``validation``; personalized models unchanged."""
-    before = dict(federation.fedsm.personalized)
-    tuned = in_process.fine_tune(federation, max_passes, validation)
-    federation.fedsm.personalized.update(before)
-    return tuned
-
-
 def merge_halves(first: dict, second: dict) -> dict:
     """One site's sweep metrics over two disjoint halves of its images.
 
@@ -138,15 +129,16 @@ def scorer(max_passes: int):
         val = {site.name: site.val for site in federation.sites}
         test = {site.name: site.test for site in federation.sites}
         rows = arm_rows("softpull", federation, gamma_rules.sweep(federation, val), test, {})
-        tuned = tune(federation, max_passes)
-        deployed = {name: result.weights for name, result in tuned.items()}
-        passes = {name: result.passes for name, result in tuned.items()}
+        halves = {site.name: gamma_rules.halves(site.val) for site in federation.sites if len(site.val) >= 2}
+        # one fine-tuning run per site, its pass chosen on the whole split and on each half
+        tuned = in_process.fine_tune_on_choosers(federation, max_passes,
+                                                 {name: [split, *halves.get(name, ())] for name, split in val.items()})
+        deployed = {name: found[0].weights for name, found in tuned.items()}
+        passes = {name: found[0].passes for name, found in tuned.items()}
         federation.fedsm.personalized.update(deployed)
         whole = gamma_rules.sweep(federation, val)
         rows += arm_rows("fine-tuned", federation, whole, test, passes)
-        halves = {site.name: gamma_rules.halves(site.val) for site in federation.sites if len(site.val) >= 2}
-        chosen = tuple(tune(federation, max_passes, {name: parts[h] for name, parts in halves.items()})
-                       for h in (0, 1))
+        chosen = tuple({name: tuned[name][1 + h] for name in halves} for h in (0, 1))
         rows += arm_rows("cross-fit", federation, cross_fitted(federation, deployed, halves, chosen, whole),
                          test, passes)
         federation.fedsm.personalized.update(softpull)

@@ -23,6 +23,7 @@ read.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -90,25 +91,46 @@ def fine_tune_on_validation(
     -------
     FineTuned
     """
+    return fine_tune_on_splits(spec, global_weights, train, [val], max_passes, settings, device)[0]
+
+
+def fine_tune_on_splits(
+    spec: ModelSpec,
+    global_weights: Weights,
+    train: SegArrays,
+    choosers: Sequence[SegArrays],
+    max_passes: int,
+    settings: RoundSettings,
+    device: torch.device | str = "cpu",
+) -> list[FineTuned]:
+    """One fine-tuning run, its pass chosen on each of ``choosers`` in turn: one :class:`FineTuned` per split.
+
+    The passes are the same training run (seeded batch order) whichever split
+    chooses, so choosing on a split here keeps the model
+    :func:`fine_tune_on_validation` keeps on that split, bit for bit; only the
+    validation work grows with the splits. Parameters as there; every split
+    must hold images.
+    """
     if max_passes < 1:
         raise ValueError(f"fine-tuning needs at least one pass; got max_passes = {max_passes}")
-    if len(val) == 0:
+    if not choosers or any(len(split) == 0 for split in choosers):
         raise ValueError("fine-tuning chooses its pass on the site's validation split, which is empty")
     torch.manual_seed(settings.seed)
     model = spec.load_segmentation(global_weights, "global model").to(device)
     learner = Learner("personal", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss,
                       segmentation_batch_fn(settings))
     generator = torch.Generator().manual_seed(settings.seed)
-    curve = [_validation_dice(model, val, settings, device)]
-    best, kept = 0, get_weights(model)
+    curves = [[_validation_dice(model, split, settings, device)] for split in choosers]
+    best, kept = [0] * len(choosers), [get_weights(model)] * len(choosers)
     for done in range(1, max_passes + 1):
         train_local([learner], lambda: iterate_batches(train, settings.batch_size, shuffle=True,
                                                        augment=settings.augmentation, generator=generator),
                     1, settings.max_local_steps, device, settings.precision)
-        curve.append(_validation_dice(model, val, settings, device))
-        if curve[-1] > curve[best]:  # strictly better: a tie keeps the earlier, less adapted model
-            best, kept = done, get_weights(model)
-    return FineTuned(kept, best, tuple(curve))
+        for index, split in enumerate(choosers):
+            curves[index].append(_validation_dice(model, split, settings, device))
+            if curves[index][-1] > curves[index][best[index]]:  # strictly better: a tie keeps the earlier model
+                best[index], kept[index] = done, get_weights(model)
+    return [FineTuned(weights, passes, tuple(curve)) for weights, passes, curve in zip(kept, best, curves, strict=True)]
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_validation
+from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_splits, fine_tune_on_validation
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
@@ -44,6 +44,29 @@ def test_fine_tuning_keeps_the_pass_best_on_validation_and_that_model_scores_it(
     assert tuned.validation_dice > tuned.curve[0] + 0.05, tuned.curve
     kept = SPEC.load_segmentation(tuned.weights)
     assert evaluate_model(kept, _site(4, 2), 8)["dice-global"] == pytest.approx(tuned.validation_dice, abs=1e-6)
+
+
+def test_choosing_on_several_splits_keeps_what_one_run_per_split_keeps_bit_for_bit():
+    # Arrange: two choosers that disagree (different images), each also fine-tuned on its own
+    train, first, second = _site(8, 1), _site(4, 2), _site(4, 5)
+    alone = [fine_tune_on_validation(SPEC, _global_weights(), train, split, 4, _settings(1e-2))
+             for split in (first, second)]
+
+    # Execute
+    together = fine_tune_on_splits(SPEC, _global_weights(), train, [first, second], 4, _settings(1e-2))
+
+    # Assert: the same passes, curves and kept weights: one training run serves every split
+    for one, other in zip(alone, together, strict=True):
+        assert other.passes == one.passes and other.curve == one.curve
+        assert all(np.array_equal(other.weights[key], one.weights[key]) for key in one.weights)
+    assert alone[0].curve != alone[1].curve
+
+
+def test_fine_tuning_refuses_an_empty_chooser_or_no_passes():
+    with pytest.raises(ValueError, match="validation split, which is empty"):
+        fine_tune_on_splits(SPEC, _global_weights(), _site(8, 1), [_site(4, 2), _site(0, 3)], 1, _settings(1e-2))
+    with pytest.raises(ValueError, match="max_passes = 0"):
+        fine_tune_on_splits(SPEC, _global_weights(), _site(8, 1), [_site(4, 2)], 0, _settings(1e-2))
 
 
 def test_a_tie_keeps_the_earlier_pass_so_an_unmoved_model_is_the_global_model_itself():
