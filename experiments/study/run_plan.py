@@ -12,8 +12,10 @@ several sittings and machines: a run whose rows ``--out/results.csv`` already
 holds (matched by its hash) counts as finished without its run folder, so a
 clone with the committed CSV continues where the last sitting stopped; copy
 ``--out/runs/`` along to also continue the interrupted run from its checkpoint.
-``--datasets`` runs only some of the plan's datasets (the others' finished
-runs stay in the table).
+``--datasets``, ``--methods`` and ``--seeds`` run only part of the plan (the
+other finished runs stay in the table); a run whose rounds come from another
+(``rounds-from``) needs that one finished or selected too, checked before
+anything trains.
 
 Federated methods run with :func:`experiments.runner.launch_run` (one
 ``flwr run`` through ``scripts/run-simulation.sh``, more only when one is
@@ -175,13 +177,26 @@ def write_outputs(out: Path, jobs: list[Job], runs: Path) -> int:
     return sum(1 for part in found if part)
 
 
-def select_datasets(jobs: list[Job], names: list[str] | None) -> set[str]:
-    """The short dataset names to run: ``names``, checked against the plan, or every one."""
-    labels = {key.dataset_label for key, _, _ in jobs}
-    unknown = sorted(set(names or ()) - labels)
-    if unknown:
-        raise ValueError(f"--datasets: {unknown} are not in the plan; expected some of {sorted(labels)}")
-    return set(names) if names else labels
+def select_jobs(jobs: list[Job], datasets: list[str] | None, methods: list[str] | None = None,
+                seeds: list[int] | None = None) -> list[Job]:
+    """The plan's jobs of the named datasets (short names), methods and seeds; every one of a filter not named."""
+    filters = (("--datasets", datasets, lambda key: key.dataset_label), ("--methods", methods, lambda key: key.method),
+               ("--seeds", seeds, lambda key: key.seed))
+    for option, wanted, field in filters:
+        known = {field(key) for key, _, _ in jobs}
+        unknown = sorted(set(wanted or ()) - known)
+        if unknown:
+            raise ValueError(f"{option}: {unknown} are not in the plan; expected some of {sorted(known)}")
+    return [job for job in jobs if all(not wanted or field(job[0]) in wanted for _, wanted, field in filters)]
+
+
+def check_sources(pending: list[Job], runs: Path, recorded: Sequence[Mapping[str, str]]) -> None:
+    """Refuse, before anything trains, a selected run whose rounds come from a run neither finished nor selected."""
+    selected = {key for key, _, _ in pending}
+    for key, _, source in pending:
+        if source is not None and source not in selected and finished_rows(source, runs, recorded) is None:
+            raise ValueError(f"{key} takes its rounds from {source.method}, which has not finished and is not "
+                             f"selected; add --methods {source.method} (or run it first)")
 
 
 def _version(name: str) -> str:
@@ -219,18 +234,22 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     parser.add_argument("--only-finished", action="store_true", help="tabulate the finished runs, start none")
     parser.add_argument("--datasets", nargs="*", default=None,
                         help="run only these of the plan's datasets (short names, e.g. drishti-six-site)")
+    parser.add_argument("--methods", nargs="*", default=None, help="run only these of the plan's methods")
+    parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these of the plan's seeds")
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)  # every setting is checked here, before anything trains
     runs = args.out / "runs"
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan_jobs(plan)
-    wanted = select_datasets(jobs, args.datasets)
+    wanted = select_jobs(jobs, args.datasets, args.methods, args.seeds)
     recorded = recorded_rows(args.out)
     unfinished = [job for job in jobs if finished_rows(job[0], runs, recorded) is None]
-    pending = [job for job in unfinished if job[0].dataset_label in wanted]
-    selected = sum(1 for job in jobs if job[0].dataset_label in wanted)  # progress counts these only
+    pending = [job for job in unfinished if job in wanted]
+    check_sources(pending, runs, recorded)
+    selected = len(wanted)  # progress counts these only
     done = selected - len(pending)
-    write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), args.datasets)
+    only = [*(args.datasets or ()), *(args.methods or ()), *(f"seed {seed}" for seed in args.seeds or ())]
+    write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), only)
     for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", selected, done)):
         print(f"[study] {job[0]}: run {done + index + 1} of {selected}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)

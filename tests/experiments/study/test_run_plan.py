@@ -210,6 +210,28 @@ def test_datasets_runs_only_the_named_ones_and_refuses_names_not_in_the_plan(tmp
         study.main(["--plan", str(plan), "--out", str(out), "--datasets", "drishti"], launch=launch)
 
 
+def test_methods_and_seeds_run_part_of_a_plan_and_a_run_needs_the_run_it_takes_rounds_from(tmp_path, capsys):
+    # Prepare: FedAvg and FedSM, seeds 0 and 1; FedSM-extra takes its rounds from FedSM
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(PLAN.replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg", "fedsm", "fedsm-extra"')
+                    .replace("seeds = [0]", "seeds = [0, 1]").replace('centralized = { rounds-from = "fedavg" }', ""))
+    launch = FakeFlower()
+
+    # Execute / Assert: FedSM-extra alone is refused before anything trains, FedSM has not finished
+    with pytest.raises(ValueError, match="takes its rounds from fedsm, which has not finished.*--methods fedsm"):
+        study.main(["--plan", str(plan), "--out", str(out), "--methods", "fedsm-extra"], launch=launch)
+    assert launch.calls == []
+    with pytest.raises(ValueError, match="--seeds: \\[7\\] are not in the plan"):
+        study.main(["--plan", str(plan), "--out", str(out), "--seeds", "7"], launch=launch)
+
+    # Execute / Assert: with its source selected it runs after it, and only seed 1 of the two methods runs
+    study.main(["--plan", str(plan), "--out", str(out), "--methods", "fedsm", "fedsm-extra", "--seeds", "1"],
+               launch=launch)
+    assert [(c["strategy"], c["seed"]) for c in launch.calls] == [("fedsm", 1), ("fedsm-extra", 1)]
+    assert "run 2 of 2, 1 left" in capsys.readouterr().out
+    assert "ran only fedsm, fedsm-extra, seed 1" in (out / "commands.md").read_text()
+
+
 def test_a_run_an_earlier_study_extended_chunk_by_chunk_continues_from_its_last_chunk(tmp_path, monkeypatch):
     # Prepare: FedAvg's folder holds a finished chunk of 8 rounds without the stop-* keys (how the study
     # used to extend runs); at round 8 the rule has not held (gain 0.08 over 2 rounds)
