@@ -40,12 +40,12 @@ from app_protocol.train_messages import (
     encode_selector_reply,
 )
 from client_app.attacks import attacked_reply, site_attacks, with_flipped_labels
+from client_app.fine_tuning import cross_fit_sweeps, fine_tune, kept_halves
 from client_app.overlays import write_test_overlays
 from client_app.site import node_data_paths, node_device, node_identity, site_of_message
 from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
-from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_validation
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
 from fedsm_core.algorithms.fedsm.routed_knn_per import evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
@@ -221,8 +221,8 @@ def train_fedsm(job: SiteJob) -> RecordDict:
 def fine_tune_site(job: SiteJob) -> RecordDict:
     """The final global model fine-tuned on the training split, the pass chosen on validation (``fine-tune-passes``)."""
     settings = dataclasses.replace(job.settings, lr=job.config.lr)  # the base lr, whatever the schedule reached
-    tuned = fine_tune_on_validation(job.spec, job.request.weights[records.GLOBAL], job.site.train, job.site.val,
-                                    job.config.fine_tune_passes, settings, job.device)
+    tuned = fine_tune(job.config, job.spec, job.request.weights[records.GLOBAL], job.site, settings, job.device,
+                      job.state_key)
     return encode_fine_tune_reply(tuned.weights, tuned.passes, tuned.curve, len(job.site.train.images))
 
 
@@ -315,6 +315,11 @@ def evaluate(msg: Message, context: Context) -> Message:
     metrics = evaluate_super_model(super_model, site_index, data, config.batch_size * 2, device,
                                    list(weights.gamma_sweep), routing=request.split == "test",
                                    route_by=config.fedsm_settings.route_by)
+    halves = kept_halves(records.decode_state_key(msg.content) or str(context.run_id), site.name,
+                         weights.personalized[site_index]) if request.split == "val" and weights.gamma_sweep else None
+    if halves is not None:  # fine-tune-gamma = "cross-fit": the sweeps that choose gamma, cross-fitted
+        metrics = cross_fit_sweeps(metrics, super_model, spec, site, site_index, halves, config.batch_size * 2,
+                                   device, list(weights.gamma_sweep), config.fedsm_settings.route_by)
     predictor = super_model_predictor(super_model, info.site_names, config.fedsm_settings.route_by,
                                       config.batch_size * 2)
     write_test_overlays(predictor, data, site.name, request.overlay_dir, context, device)

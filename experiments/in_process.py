@@ -32,6 +32,7 @@ from fedsm_core.data.arrays import SegArrays, SiteSplits
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, select_device, set_cpu_threads
+from fedsm_core.evaluation.cross_fit import can_cross_fit, halve_by_case, with_cross_fitted_sweeps
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 from fedsm_core.methods import METHODS
 from fedsm_core.models.spec import ModelSpec
@@ -127,6 +128,41 @@ def fine_tune(federation: Federation, max_passes: int,
     return tuned
 
 
+def fine_tune_as_run(federation: Federation) -> dict[str, list[FineTuned]]:
+    """The app's final fine-tuning (``fine-tune-passes``; none when 0); the passes best on each validation half.
+
+    Under ``fine-tune-gamma = "cross-fit"`` every site whose validation split
+    halves into two non-empty halves also gets the passes best on half 0 and
+    half 1 of the same training run, as the ClientApp keeps them.
+    """
+    config = federation.config
+    if not config.fine_tune_passes:
+        return {}
+    cross_fit = config.fine_tune_gamma == "cross-fit"
+    choosers = {site.name: [site.val, *(halve_by_case(site.val) if cross_fit and can_cross_fit(site.val) else ())]
+                for site in federation.sites}
+    tuned = fine_tune_on_choosers(federation, config.fine_tune_passes, choosers)
+    for name, found in tuned.items():
+        federation.fedsm.personalized[name] = found[0].weights
+    return {name: found[1:] for name, found in tuned.items() if len(found) == 3}
+
+
+def cross_fit_validation(federation: Federation, validation: dict[str, dict[str, float | list[float]]],
+                         halves: dict[str, list[FineTuned]]) -> dict[str, dict[str, float | list[float]]]:
+    """The validation metrics with each site in ``halves`` given cross-fitted gamma sweeps, as the ClientApp."""
+    if not halves:
+        return validation
+    model, config = super_model(federation, federation.config.gamma), federation.config
+    crossed = dict(validation)
+    for index, site in enumerate(federation.sites):
+        if site.name in halves:
+            own = [federation.spec.load_segmentation(result.weights, site.name) for result in halves[site.name]]
+            crossed[site.name] = with_cross_fitted_sweeps(validation[site.name], model, index, site.val, own,
+                                                          config.batch_size * 2, federation.device, list(GAMMA_GRID),
+                                                          config.route_by)
+    return crossed
+
+
 def fine_tune_on_choosers(federation: Federation, max_passes: int,
                           choosers: dict[str, list[SegArrays]]) -> dict[str, list[FineTuned]]:
     """Each site in ``choosers`` fine-tunes the global model once, its pass chosen on each of its splits in turn.
@@ -188,11 +224,10 @@ def run_in_process(config: RunConfig, progress=print) -> dict[str, object]:
         began = _clock(federation.device)
         result["train-images"].append(train_round(federation, server_round))
         result["train-seconds"].append(_clock(federation.device) - began)
-        if server_round == config.num_server_rounds and config.fine_tune_passes:
-            fine_tune(federation, config.fine_tune_passes)
+        halves = fine_tune_as_run(federation) if server_round == config.num_server_rounds else {}
         if server_round % config.eval_every == 0 or server_round == config.num_server_rounds:
             fit_selector_head(federation)
-            validation = evaluate(federation, "val", config.gamma)
+            validation = cross_fit_validation(federation, evaluate(federation, "val", config.gamma), halves)
         result["round-seconds"].append(_clock(federation.device) - began)
         progress(f"[in-process] round {server_round}/{config.num_server_rounds}: "
                  f"{result['round-seconds'][-1]:.1f} s")

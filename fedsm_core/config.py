@@ -135,6 +135,7 @@ class RunConfig:
     gamma_selection: str = owned(FedSMSettings, "gamma_selection")
     route_by: str = owned(FedSMSettings, "route_by")
     fine_tune_passes: int = owned(FedSMSettings, "fine_tune_passes")
+    fine_tune_gamma: str = owned(FedSMSettings, "fine_tune_gamma")
     eval_every: int = setting(5, "eval-every", low=1, high=100_000)
     stop_window: int = owned(StoppingSettings, "window")
     stop_min_gain: float = owned(StoppingSettings, "min_gain")

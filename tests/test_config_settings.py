@@ -35,6 +35,7 @@ CHANGED = {
     "weight-perturbation": True, "perturbation-alpha": 0.2, "knn-k": 4, "knn-kernel-scale": 2.0, "knn-capacity": 77,
     "knn-pixels-per-image": 9, "gamma": 0.3, "gamma-selection": "fixed", "route-by": "case", "stop-window": 3,
     "stop-min-gain": 0.01, "stop-min-rounds": 4, "stop-check-every": 2, "precision": "fp32",
+    "fine-tune-gamma": "validation",
 }
 OWNED = {f.name.replace("_", "-"): f for f in dataclasses.fields(RunConfig) if "owner" in f.metadata}
 

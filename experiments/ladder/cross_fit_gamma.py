@@ -6,28 +6,13 @@ cells, or the ladder's FedSM cells named as its re-scorers name them)::
     python -m experiments.ladder.cross_fit_gamma --out experiments/results/reference-defaults \
         --run-folders <run folder> --max-passes 30
 
-A run with ``fine-tune-passes`` > 0 reads each site's validation split twice:
-it keeps the best of the fine-tuning passes ``0..E`` on those images
-(:func:`~fedsm_core.algorithms.fedsm.final_fine_tuning.fine_tune_on_validation`),
-then scores the super model on the same images to choose gamma. The kept
-model's validation Dice is a maximum over ``E + 1`` noisy values, so it is
-optimistic, and gamma leans towards routing images to it. Cross-fitting takes
-that optimism out of the gamma choice without holding images out of either
-step: every site halves its validation split (by case,
-:func:`~experiments.ladder.gamma_rules.halves`) and scores its own images of
-one half with the model of the pass best on the other half,
-
-.. math::
-
-    D_k^{cf}(x) = \mathrm{Dice}\big(w^{(e^*_{\bar h(x)})}; x\big), \qquad
-    e^*_h = \arg\max_{0 \le e \le E} \mathrm{Dice}(w^{(e)}; D_{k,h}^{val}),
-
-where ``h(x)`` is the half of image ``x`` and ``\bar h`` the other one (the
-passes are one training run: the batch order is seeded, so only the pass
-kept differs). An image of site ``j`` routed to site ``k``'s model is scored
-with ``k``'s deployed model, whose pass ``k``'s own images chose. Gamma is
-chosen on these sweeps by every rule of :mod:`experiments.ladder.gamma_rules`;
-the deployed models are the passes best on the whole validation split.
+A run with ``fine-tune-passes`` > 0 picks each site's fine-tuning pass on its
+validation split and then chooses gamma on the same images, which flatters
+the models it picked; ``fine-tune-gamma = "cross-fit"`` scores each site's
+own images of one validation half with the pass best on the other half for
+the gamma choice (:mod:`fedsm_core.evaluation.cross_fit`). This re-scorer
+compares both on the same trained federation: every site fine-tunes the
+final global model once, its pass chosen on the whole split and on each half.
 
 Arms, rows of ``<out>/cross_fit_gamma.csv`` (split ``test``: Dice on test at
 the gamma chosen; ``val``: the Dice that rule expected on the sweeps it chose
@@ -35,8 +20,9 @@ on, none for ``per-model``):
 
 - ``softpull``: SoftPull's personalized models, gamma on validation;
 - ``fine-tuned``: the fine-tuned models, gamma on the validation split that
-  chose their passes (what a run with ``fine-tune-passes`` > 0 does);
-- ``cross-fit``: the same models, gamma on the cross-fitted sweeps.
+  chose their passes (a run with ``fine-tune-gamma = "validation"``);
+- ``cross-fit``: the same models, gamma on the cross-fitted sweeps (a run
+  with ``fine-tune-gamma = "cross-fit"``, the default).
 
 The table (``cross_fit_gamma.md``) gives client averages, the mean over seeds.
 """
@@ -50,60 +36,13 @@ import numpy as np
 
 from experiments import in_process
 from experiments.ladder import gamma_rules
-from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
-from fedsm_core.models.weights import Weights
+from fedsm_core.evaluation.cross_fit import can_cross_fit, halve_by_case
 
 COLUMNS = ("dataset", "method", "seed", "arm", "split", "rule", "gamma", "site", "dice", "passes")
 ARMS = ("softpull", "fine-tuned", "cross-fit")
 SHOWN_RULES = ("client-average", "validation", "per-site", "global")
-SUMMED = ("num-images", "num-empty", "routing-gain-sweep", "routed-count-sweep")
-
-
-def merge_halves(first: dict, second: dict) -> dict:
-    """One site's sweep metrics over two disjoint halves of its images.
-
-    Dice sweeps are means over the images with foreground, so they are
-    weighted by those counts; counts and routing gains are sums.
-    """
-    weights = [float(m["num-images"]) - float(m.get("num-empty", 0.0)) for m in (first, second)]
-    total = sum(weights)
-    merged = {"dice-super-sweep": [(a * weights[0] + b * weights[1]) / total if total else 0.0
-                                   for a, b in zip(first["dice-super-sweep"], second["dice-super-sweep"], strict=True)]}
-    for key in SUMMED:
-        if key in first:
-            merged[key] = (np.asarray(first[key], dtype=float) + np.asarray(second[key], dtype=float)).tolist()
-    for key in ("num-images", "num-empty"):
-        merged[key] = float(merged.get(key, 0.0))
-    return merged
-
-
-def cross_fitted(federation: in_process.Federation, deployed: dict[str, Weights],
-                 halves: dict[str, tuple[SegArrays, SegArrays]], chosen: tuple[dict[str, FineTuned], ...],
-                 whole: gamma_rules.Metrics) -> gamma_rules.Metrics:
-    """Each site's validation sweeps, its own images of one half scored by its model chosen on the other half.
-
-    ``chosen[h]``: the fine-tuned models of the passes best on half ``h``. A
-    site without halves (fewer than two validation images) keeps its sweeps
-    from ``whole``.
-    """
-    batch, metrics = federation.config.batch_size * 2, {}
-    for index, site in enumerate(federation.sites):
-        if site.name not in halves:
-            metrics[site.name] = whole[site.name]
-            continue
-        parts = []
-        for half, other in ((0, 1), (1, 0)):
-            federation.fedsm.personalized.update(deployed)
-            federation.fedsm.personalized[site.name] = chosen[other][site.name].weights
-            parts.append(evaluate_super_model(in_process.super_model(federation, 0.0), index, halves[site.name][half],
-                                              batch, federation.device, list(GAMMA_GRID),
-                                              route_by=federation.config.route_by))
-        metrics[site.name] = merge_halves(*parts)
-    federation.fedsm.personalized.update(deployed)
-    return metrics
 
 
 def arm_rows(arm: str, federation: in_process.Federation, chosen_on: gamma_rules.Metrics,
@@ -129,7 +68,7 @@ def scorer(max_passes: int):
         val = {site.name: site.val for site in federation.sites}
         test = {site.name: site.test for site in federation.sites}
         rows = arm_rows("softpull", federation, gamma_rules.sweep(federation, val), test, {})
-        halves = {site.name: gamma_rules.halves(site.val) for site in federation.sites if len(site.val) >= 2}
+        halves = {site.name: halve_by_case(site.val) for site in federation.sites if can_cross_fit(site.val)}
         # one fine-tuning run per site, its pass chosen on the whole split and on each half
         tuned = in_process.fine_tune_on_choosers(federation, max_passes,
                                                  {name: [split, *halves.get(name, ())] for name, split in val.items()})
@@ -138,9 +77,8 @@ def scorer(max_passes: int):
         federation.fedsm.personalized.update(deployed)
         whole = gamma_rules.sweep(federation, val)
         rows += arm_rows("fine-tuned", federation, whole, test, passes)
-        chosen = tuple({name: tuned[name][1 + h] for name in halves} for h in (0, 1))
-        rows += arm_rows("cross-fit", federation, cross_fitted(federation, deployed, halves, chosen, whole),
-                         test, passes)
+        crossed = in_process.cross_fit_validation(federation, whole, {name: tuned[name][1:] for name in halves})
+        rows += arm_rows("cross-fit", federation, crossed, test, passes)
         federation.fedsm.personalized.update(softpull)
         for arm in ARMS:
             means = [np.mean([r[5] for r in rows if r[:3] == (arm, split, "client-average")])

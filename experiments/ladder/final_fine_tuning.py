@@ -22,7 +22,7 @@ finished app runs instead of ladder cells (:mod:`experiments.ladder.run_folders`
 ``--on-validation`` answers the question the default of ``fine-tune-passes``
 asks without reading the test split: every site's validation images are
 halved (even- and odd-numbered cases,
-:func:`~experiments.ladder.gamma_rules.halves`); each site fine-tunes with
+:func:`~fedsm_core.evaluation.cross_fit.halve_by_case`); each site fine-tunes with
 its pass chosen on one half, gamma is chosen on that half for both arms, and both super models
 are scored on the other half, both ways round. Rows (one per site and fold)
 go to ``final_fine_tuning_validation.csv``, the table to
@@ -41,6 +41,7 @@ import numpy as np
 from experiments import in_process
 from experiments.ladder import gamma_rules
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation.cross_fit import halve_by_case
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 
 COLUMNS = ("dataset", "method", "seed", "models", "rule", "gamma", "site", "dice", "passes")
@@ -103,7 +104,7 @@ def fold_scorer(max_passes: int):
 
     def score(federation: in_process.Federation) -> list[tuple]:
         softpull = dict(federation.fedsm.personalized)
-        halves = {site.name: gamma_rules.halves(site.val) for site in federation.sites if len(site.val) >= 2}
+        halves = {site.name: halve_by_case(site.val) for site in federation.sites if len(site.val) >= 2}
         rows = []
         for fold, (first, second) in enumerate(((0, 1), (1, 0)), start=1):
             choose = {name: parts[first] for name, parts in halves.items()}

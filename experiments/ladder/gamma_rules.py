@@ -41,9 +41,9 @@ from experiments.ladder.run_ladder import cell_config, cell_folder
 from experiments.runner import append_rows, parse_overrides, read_rows
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe_gamma, select_gamma
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.data.cases import named_case
-from fedsm_core.data.repartition import repartition, take
+from fedsm_core.data.repartition import repartition
 from fedsm_core.device import select_device
+from fedsm_core.evaluation.cross_fit import halve_by_case
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
 COLUMNS = ("dataset", "method", "seed", "split", "rule", "gamma", "site", "dice")
@@ -101,20 +101,6 @@ def score_rules(federation: in_process.Federation, chosen_on: Metrics,
     return results
 
 
-def halves(data: SegArrays) -> tuple[SegArrays, SegArrays]:
-    """The even- and the odd-numbered cases of a split (an image without a case is a case of its own).
-
-    Halving by case keeps the slices of one volume together: neighbouring
-    slices are nearly alike, so a choice made on the even slices of a case
-    and scored on its odd ones would barely be held out. Cases are numbered
-    in order of their first image.
-    """
-    order = list(dict.fromkeys(named_case(example) or example for example in data.ids))
-    number = {case: index for index, case in enumerate(order)}
-    parity = np.array([number[named_case(example) or example] % 2 for example in data.ids])
-    return take(data, np.flatnonzero(parity == 0)), take(data, np.flatnonzero(parity == 1))
-
-
 def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str, float]]:
     """``(split, rule, gamma, site, Dice)`` for every rule and site of the trained federation.
 
@@ -130,7 +116,7 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
             for rule, (gamma, dice) in score_rules(federation, validation,
                                                    {n: s.test for n, s in sites.items()}).items()
             for name, value in dice.items()]
-    split = {name: halves(site.val) for name, site in sites.items() if len(site.val) >= 2}
+    split = {name: halve_by_case(site.val) for name, site in sites.items() if len(site.val) >= 2}
     folds = []
     for first, second in ((0, 1), (1, 0)):
         chosen_on = sweep(federation, {name: parts[first] for name, parts in split.items()})

@@ -298,6 +298,14 @@ MEANINGS: dict[str, str] = {
         "sites fine-tune after its round and that round is validated again. The default, 30, won on validation "
         "(docs/results.md). Read by strategy `fedsm` only; the others ignore it (docs/algorithm.md)"
     ),
+    "fine-tune-gamma": (
+        "with `fine-tune-passes > 0`, how each site scores its own validation images when the last validation "
+        "chooses gamma: `cross-fit`, each half of its validation split (halved by case) with the fine-tuning pass "
+        "best on the other half, so the pass choice does not flatter the model it chose; `validation`, with the "
+        "kept model itself. The deployed model is the pass best on the whole split either way. `cross-fit` sent "
+        "synthetic-prostate's images to the global model where the fine-tuned models lost on test "
+        "(docs/results.md)"
+    ),
     "eval-every": (
         "validation every this many rounds (the last round always); a FedSM validation round sends the whole super "
         "model (global, K personalized, selector) to every site, which costs about as much as a training round"

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from flwr.app import Context, Message, MessageType, RecordDict
 
+from app_protocol.evaluate_messages import decode_metrics, encode_super_model_evaluation
 from app_protocol.records import METRICS, PERSONAL, from_record, with_route
 from app_protocol.train_messages import encode_fine_tune
 from client_app import app as client
 from experiments import in_process
+from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
 from fedsm_core.data.statistics import channel_statistics
@@ -98,3 +100,47 @@ def test_the_loops_final_fine_tuning_equals_the_apps_bit_for_bit():
         theirs = from_record(reply.content[PERSONAL])
         for key, value in federation.fedsm.personalized[site].items():
             np.testing.assert_array_equal(value, theirs[key], err_msg=f"{site}: {key}")
+
+
+def test_the_loops_cross_fitted_validation_equals_the_apps():
+    # Prepare: one round and the final fine-tuning (fine-tune-gamma = "cross-fit", the default) in the loop, and
+    # the same fine-tuning requests answered by the app's handler, which keeps each site's halves on its disk
+    settings = {**TINY, "fine-tune-passes": 4, "lr": 0.02}
+    federation = in_process.prepare(RunConfig.from_mapping(settings))
+    in_process.train_round(federation, 1)
+    softpull = dict(federation.fedsm.personalized)
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=settings)
+    for site in federation.sites:
+        client.train(Message(with_route(encode_fine_tune(federation.fedsm.global_weights, 2), site.name),
+                             message_type=MessageType.TRAIN, dst_node_id=7), context)
+    halves = in_process.fine_tune_as_run(federation)
+    in_process.fit_selector_head(federation)
+    fedsm = federation.fedsm
+
+    def app_sweeps(personalized: dict) -> dict[str, list[float]]:
+        """Each site's validation sweep as the ClientApp reports it for a super model with ``personalized``."""
+        content = encode_super_model_evaluation(fedsm.global_weights, [personalized[s] for s in fedsm.site_names],
+                                                fedsm.selector_weights, "val", 0.5, GAMMA_GRID)
+        return {site.name: decode_metrics(client.evaluate(Message(
+            with_route(content, site.name), message_type=MessageType.EVALUATE, dst_node_id=7), context).content)[1][
+            "dice-super-sweep"] for site in federation.sites}
+
+    # Execute
+    plain = in_process.evaluate(federation, "val", 0.5)
+    loop = in_process.cross_fit_validation(federation, plain, halves)
+    tuned = app_sweeps(fedsm.personalized)
+    fedsm.personalized.update(softpull)
+    other = app_sweeps(softpull)
+
+    # Assert: with the fine-tuned models it replied with, each site's sweep is the loop's cross-fitted one; with
+    # any other personalized model (SoftPull's) it is the plain sweep of the models sent
+    assert halves and set(halves) <= {site.name for site in federation.sites}
+    # (at lr 0.02 site-3's halves keep passes 3 and 4, so its cross-fitted sweep is not the plain one)
+    assert any(loop[name]["dice-super-sweep"] != pytest.approx(plain[name]["dice-super-sweep"], abs=1e-6)
+               for name in halves)
+    for site in federation.sites:
+        assert tuned[site.name] == pytest.approx(loop[site.name]["dice-super-sweep"], abs=1e-6), site.name
+    fedsm.personalized.update(softpull)
+    unrouted = in_process.evaluate(federation, "val", 0.5)
+    for site in federation.sites:
+        assert other[site.name] == pytest.approx(unrouted[site.name]["dice-super-sweep"], abs=1e-6), site.name

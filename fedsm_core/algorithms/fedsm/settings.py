@@ -18,6 +18,7 @@ SELECTOR_MOMENTS = ("averaged", "local")  # the selector's Adam moments: average
 SELECTOR_HEADS = ("fitted", "trained")  # see fedsm_core.algorithms.fedsm.selector_head
 GAMMA_SELECTIONS = ("per-model", "validation", "client-average", "fixed")  # see fedsm_core.algorithms.fedsm.gamma
 ROUTE_BY = ("image", "case")  # see fedsm_core.algorithms.fedsm.super_model.selector_probabilities
+FINE_TUNE_GAMMAS = ("cross-fit", "validation")  # see fedsm_core.evaluation.cross_fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,12 @@ class FedSMSettings:
         Read by strategy ``fedsm`` only; the others have no personalized
         models to replace (FedSM-extra's selector rounds come after its model
         rounds) and ignore it.
+    fine_tune_gamma : str
+        After fine-tuning, how a site scores its own validation images for the
+        gamma choice: ``cross-fit`` (default), each half of its split (by case)
+        with the pass best on the other half; ``validation``, with the kept
+        model, whose pass those images chose
+        (:mod:`fedsm_core.evaluation.cross_fit`; ``fine-tune-gamma``).
     """
 
     softpull_lambda: float = setting(0.99, "softpull-lambda", low=0.0, high=1.0, allowed="[1/K, 1]")
@@ -83,6 +90,7 @@ class FedSMSettings:
     extra_rounds: int = setting(10, "extra-rounds", low=1, high=100_000)
     route_by: str = setting("image", "route-by", choices=ROUTE_BY)
     fine_tune_passes: int = setting(30, "fine-tune-passes", low=0, high=10_000)
+    fine_tune_gamma: str = setting("cross-fit", "fine-tune-gamma", choices=FINE_TUNE_GAMMAS)
 
     def __post_init__(self) -> None:
         check_settings(self)

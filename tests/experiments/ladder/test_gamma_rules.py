@@ -13,6 +13,7 @@ from experiments.runner import parse_overrides
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID
 from fedsm_core.algorithms.knn_per.settings import LAMBDA_GRID
 from fedsm_core.data.arrays import SegArrays
+from fedsm_core.evaluation.cross_fit import halve_by_case
 
 TINY_TEXT = "image-size=32 data-scale=0.1 max-local-steps=2 selector-width=4 batch-size=4 eval-every=1"
 
@@ -36,7 +37,7 @@ def test_each_rule_gives_each_site_the_gamma_it_is_named_for():
 def test_the_halves_of_a_split_take_every_image_once():
     data = SegArrays(np.zeros((5, 3, 4, 4), np.float32), np.zeros((5, 1, 4, 4), np.float32),
                      tuple(f"img{i}" for i in range(5)))
-    first, second = gamma_rules.halves(data)
+    first, second = halve_by_case(data)
     assert first.ids == ("img0", "img2", "img4") and second.ids == ("img1", "img3")
 
 

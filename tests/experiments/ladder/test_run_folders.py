@@ -1,40 +1,15 @@
-"""Re-scoring finished app runs from their folders, and halving validation splits by case."""
+"""Re-scoring finished app runs from their folders."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 
-import numpy as np
 import pytest
 
 from experiments.ladder import final_fine_tuning, gamma_rules, run_folders
 from experiments.runner import read_rows
-from fedsm_core.data.arrays import SegArrays
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
-
-
-def _split(ids: list[str]) -> SegArrays:
-    count = len(ids)
-    return SegArrays(np.zeros((count, 1, 4, 4), np.float32), np.zeros((count, 1, 4, 4), np.float32), tuple(ids))
-
-
-def test_halves_keep_the_slices_of_a_case_together_and_alternate_cases():
-    # Arrange: three cases of two, three and one slices, listed out of order, and one image without a case
-    data = _split(["s/a/z0", "s/b/z0", "s/a/z1", "s/c/z4", "s/b/z1", "s/b/z2", "s/0007"])
-
-    # Execute
-    first, second = gamma_rules.halves(data)
-
-    # Assert: cases numbered by first appearance (a 0, b 1, c 2, the loose image 3); no case is cut in two
-    assert first.ids == ("s/a/z0", "s/a/z1", "s/c/z4")
-    assert second.ids == ("s/b/z0", "s/b/z1", "s/b/z2", "s/0007")
-
-
-def test_halves_without_cases_are_the_even_and_odd_images():
-    first, second = gamma_rules.halves(_split([f"site-1/{i:04d}" for i in range(5)]))
-    assert first.ids == ("site-1/0000", "site-1/0002", "site-1/0004")
-    assert second.ids == ("site-1/0001", "site-1/0003")
 
 
 def test_a_run_folder_rescored_gives_the_runs_own_test_dice_of_each_model(tiny_fedsm, tmp_path):
