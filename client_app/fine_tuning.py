@@ -16,9 +16,11 @@ rejected reply or an older round's state is scored as before.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from logging import INFO
 
 import numpy as np
 import torch
+from flwr.common import log
 
 from client_app.site_state import load_site_state, save_site_state
 from fedsm_core.algorithms.fedsm.final_fine_tuning import FineTuned, fine_tune_on_splits
@@ -67,5 +69,6 @@ def cross_fit_sweeps(metrics: dict, super_model: SuperModel, spec: ModelSpec, si
     """``metrics`` (the site's validation metrics) with its gamma sweeps cross-fitted; the other metrics unchanged."""
     models = [spec.load_segmentation(weights, f"{site.name}'s fine-tuned model (half {half})")
               for half, weights in enumerate(halves)]
+    log(INFO, "site %s: validation sweeps cross-fitted on its validation halves (fine-tune-gamma)", site.name)
     return with_cross_fitted_sweeps(metrics, super_model, site_index, site.val, models, batch_size, device, gammas,
                                     route_by)

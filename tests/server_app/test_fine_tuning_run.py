@@ -42,6 +42,10 @@ def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_pe
     assert "personalized models fine-tuned from the final global model after the last round" in summary
     assert sum("fine-tuned the global model into a personalized model: site-" in line for line in grid.log) == 6
     assert {r["split"] for r in rows} >= {"val", "test"}
+    # fine-tune-gamma = "cross-fit" (default): every site whose validation split halves scored the last
+    # validation with its halves' models, since the server sent it back exactly the model it replied with
+    crossed = {line.split("site ")[1].split(":")[0] for line in grid.log if "sweeps cross-fitted" in line}
+    assert crossed == set(passes), crossed
 
     # Execute: extending the run past its fine-tuned round
     # Assert: refused, since SoftPull would continue from the fine-tuned models
