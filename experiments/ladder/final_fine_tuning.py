@@ -26,8 +26,8 @@ halved (even- and odd-numbered cases,
 its pass chosen on one half, gamma is chosen on that half for both arms, and both super models
 are scored on the other half, both ways round. Rows (one per site and fold)
 go to ``final_fine_tuning_validation.csv``, the table to
-``final_fine_tuning_validation.md``. Sites with fewer than two validation
-images are left out of it.
+``final_fine_tuning_validation.md``. Sites whose validation split has no
+two non-empty halves (one case) are left out of it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 from experiments import in_process
 from experiments.ladder import gamma_rules
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.evaluation.cross_fit import halve_by_case
+from fedsm_core.evaluation.cross_fit import can_cross_fit, halve_by_case
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model
 
 COLUMNS = ("dataset", "method", "seed", "models", "rule", "gamma", "site", "dice", "passes")
@@ -104,7 +104,7 @@ def fold_scorer(max_passes: int):
 
     def score(federation: in_process.Federation) -> list[tuple]:
         softpull = dict(federation.fedsm.personalized)
-        halves = {site.name: halve_by_case(site.val) for site in federation.sites if len(site.val) >= 2}
+        halves = {site.name: halve_by_case(site.val) for site in federation.sites if can_cross_fit(site.val)}
         rows = []
         for fold, (first, second) in enumerate(((0, 1), (1, 0)), start=1):
             choose = {name: parts[first] for name, parts in halves.items()}

@@ -43,7 +43,7 @@ from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, choose_gamma, describe
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.repartition import repartition
 from fedsm_core.device import select_device
-from fedsm_core.evaluation.cross_fit import halve_by_case
+from fedsm_core.evaluation.cross_fit import can_cross_fit, halve_by_case
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
 COLUMNS = ("dataset", "method", "seed", "split", "rule", "gamma", "site", "dice")
@@ -107,8 +107,9 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
     ``test``: gamma chosen on the whole validation split, scored on test.
     ``val-2fold``: chosen on one half of every site's validation images,
     scored on the other, both ways round and averaged: an estimate of each
-    rule that never reads the test split (sites with fewer than two
-    validation images are left out of it).
+    rule that never reads the test split (sites whose validation split has no
+    two non-empty halves, :func:`~fedsm_core.evaluation.cross_fit.can_cross_fit`,
+    are left out of it).
     """
     sites = {site.name: site for site in federation.sites}
     validation = sweep(federation, {name: site.val for name, site in sites.items()})
@@ -116,7 +117,7 @@ def rescore(federation: in_process.Federation) -> list[tuple[str, str, str, str,
             for rule, (gamma, dice) in score_rules(federation, validation,
                                                    {n: s.test for n, s in sites.items()}).items()
             for name, value in dice.items()]
-    split = {name: halve_by_case(site.val) for name, site in sites.items() if len(site.val) >= 2}
+    split = {name: halve_by_case(site.val) for name, site in sites.items() if can_cross_fit(site.val)}
     folds = []
     for first, second in ((0, 1), (1, 0)):
         chosen_on = sweep(federation, {name: parts[first] for name, parts in split.items()})
