@@ -32,6 +32,10 @@ A bar on stderr counts runs done and left, with the time the rest should take
 :data:`experiments.study.runs.ROW_COLUMNS`), ``table.md`` and ``curves.png``
 (:mod:`experiments.study.table`); at the start of every sitting
 ``commands.md`` (the commands, package versions and a log of sittings).
+``run-configs.jsonl`` records the whole run config each finished run trained
+with; a sitting refuses to go on while a finished run's record differs from
+what the plan resolves to today (a changed default), unless told
+``--rerun-stale`` or ``--keep-stale`` (:mod:`experiments.study.run_configs`).
 Run folders go to ``--out/runs/`` (ignored by git).
 """
 
@@ -49,6 +53,17 @@ from pathlib import Path
 from experiments.progress import over_runs
 from experiments.runner import ROOT, launch_run, run_pooled
 from experiments.study.plan import StudyPlan, load_plan
+from experiments.study.run_configs import (
+    Records,
+    check_configs,
+    checkpoint_record,
+    label,
+    make_record,
+    read_configs,
+    resolve,
+    set_aside,
+    write_configs,
+)
 from experiments.study.runs import (
     ROWS_FILE,
     Launch,
@@ -199,6 +214,43 @@ def check_sources(pending: list[Job], runs: Path, recorded: Sequence[Mapping[str
                              f"selected; add --methods {source.method} (or run it first)")
 
 
+def settle_configs(out: Path, runs: Path, jobs: list[Job], stale: str | None) -> Records:
+    """Compare every finished run's recorded run config with today's (:mod:`experiments.study.run_configs`).
+
+    Stale runs stop the sitting before anything trains unless ``stale`` is
+    ``"rerun"`` (set aside, so they train again) or ``"keep"``. Returns the
+    records, filled in from the checkpoints of runs that finished unrecorded.
+    """
+    recorded = recorded_rows(out)
+    records = read_configs(out)
+    finished = {key for key, _, _ in jobs if finished_rows(key, runs, recorded) is not None}
+    check = check_configs(jobs, finished, records, runs)
+    if check.unchecked:
+        print(f"[study] {len(check.unchecked)} finished run(s) without a recorded run config (finished before the "
+              f"study recorded configs, folders gone): a default changed since would go unnoticed there: "
+              f"{', '.join(map(str, check.unchecked))}", flush=True)
+    if check.stale and stale is None:
+        raise ValueError(f"{len(check.stale)} finished run(s) of {out} trained with another run config than the plan "
+                         f"resolves to today (a default changed?), recorded -> today:\n{check.report()}\nrun again "
+                         f"with --rerun-stale to train them anew (their rows move to stale-results.csv) or "
+                         f"--keep-stale to tabulate them as they are")
+    if check.stale:
+        print(f"[study] {'training again' if stale == 'rerun' else 'keeping'} stale runs:\n{check.report()}",
+              flush=True)
+    for key in check.stale if stale == "rerun" else ():
+        set_aside(key, runs, out, records)
+    if records:
+        write_configs(out, records)
+    return records
+
+
+def record_config(out: Path, runs: Path, job: Job, records: Records) -> None:
+    """Record a run that just finished: its checkpoint's run config (what the ServerApp ran), else the resolution."""
+    key, settings, _ = job
+    records[label(key)] = checkpoint_record(key, runs) or make_record(key, resolve(settings), "resolved by the study")
+    write_configs(out, records)
+
+
 def _version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
@@ -236,12 +288,18 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
                         help="run only these of the plan's datasets (short names, e.g. drishti-six-site)")
     parser.add_argument("--methods", nargs="*", default=None, help="run only these of the plan's methods")
     parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these of the plan's seeds")
+    stale = parser.add_mutually_exclusive_group()
+    stale.add_argument("--rerun-stale", dest="stale", action="store_const", const="rerun",
+                       help="train again the finished runs whose recorded run config differs from today's")
+    stale.add_argument("--keep-stale", dest="stale", action="store_const", const="keep",
+                       help="tabulate such runs as they are")
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)  # every setting is checked here, before anything trains
     runs = args.out / "runs"
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan_jobs(plan)
     wanted = select_jobs(jobs, args.datasets, args.methods, args.seeds)
+    records = settle_configs(args.out, runs, jobs, args.stale)
     recorded = recorded_rows(args.out)
     unfinished = [job for job in jobs if finished_rows(job[0], runs, recorded) is None]
     pending = [job for job in unfinished if job in wanted]
@@ -253,6 +311,7 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", selected, done)):
         print(f"[study] {job[0]}: run {done + index + 1} of {selected}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)
+        record_config(args.out, runs, job, records)
         write_outputs(args.out, jobs, runs)
     finished = write_outputs(args.out, jobs, runs)
     print(f"[study] {finished} of {len(jobs)} runs finished; results in {args.out}", flush=True)

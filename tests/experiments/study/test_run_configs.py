@@ -1,0 +1,140 @@
+"""A study records what each finished run trained with, and a default changed since marks the run stale.
+
+The stand-in for ``flwr run`` (:class:`support.study_runs.FakeFlower`) saves the
+run config in its checkpoints as the ServerApp does. A changed default is
+played by editing a run's record: the record then says the run trained with a
+value other than the one the plan resolves to today, which is exactly what a
+default changed in ``RunConfig`` (and ``pyproject.toml``) after the run leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from support.study_runs import PLAN, FakeFlower, fake_pooled
+
+import experiments.study.run_plan as study
+from experiments.study.run_configs import (
+    CONFIGS_FILE,
+    STALE_ROWS_FILE,
+    differences,
+    label,
+    read_configs,
+    resolve,
+    write_configs,
+)
+from experiments.study.runs import read_rows
+from fedsm_core.config import RunConfig
+
+TWO_METHODS = PLAN.replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg", "centralized"') \
+    .replace('fedsm-extra = { rounds-from = "fedsm" }', "")
+
+
+@pytest.fixture()
+def finished_study(tmp_path, monkeypatch):
+    """FedAvg and centralized (which takes FedAvg's rounds), run to the end; returns (arguments, out, pooled calls)."""
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(TWO_METHODS)
+    pooled: list[dict[str, object]] = []
+    monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled))
+    args = ["--plan", str(plan), "--out", str(out)]
+    study.main(args, launch=FakeFlower())
+    return args, out, pooled
+
+
+def _change_recorded(out, method: str, key: str, value: object) -> None:
+    records = read_configs(out)
+    (label_,) = [k for k in records if k[1] == method]
+    records[label_]["config"][key] = value
+    write_configs(out, records)
+
+
+def test_every_finished_run_is_recorded_with_the_config_it_trained_with(finished_study):
+    args, out, _ = finished_study
+    records = read_configs(out)
+    jobs = study.plan_jobs(study.load_plan(args[1]))
+
+    assert sorted(records) == sorted(label(key) for key, _, _ in jobs)
+    for key, settings, _ in jobs:
+        record = records[label(key)]
+        assert record["config"] == resolve(settings)
+        assert record["config"]["softpull-lambda"] == RunConfig().softpull_lambda  # defaults filled in
+        assert "num-server-rounds" not in record["config"]  # the rule decides it; the key holds the rule
+    fedavg = records[label(jobs[0][0])]
+    assert fedavg["source"].startswith("checkpoint of chunk-")  # what the (stand-in) ServerApp saved
+    assert records[label(jobs[1][0])]["source"] == "resolved by the study"  # centralized has no checkpoint
+
+
+def test_a_changed_default_stops_the_sitting_before_anything_trains(finished_study):
+    args, out, pooled = finished_study
+    _change_recorded(out, "fedavg", "lr", 0.5)
+    results = (out / "results.csv").read_bytes()
+    launch = FakeFlower()
+
+    with pytest.raises(ValueError, match=r"(?s)synthetic-fundus fedavg seed 0: lr: 0\.5 -> .*"
+                                         r"centralized seed 0: takes its rounds from fedavg, which is stale.*"
+                                         r"--rerun-stale.*--keep-stale"):
+        study.main(args, launch=launch)
+
+    assert launch.calls == [] and len(pooled) == 1
+    assert (out / "results.csv").read_bytes() == results
+
+
+def test_keep_stale_tabulates_the_runs_as_they_are(finished_study, capsys):
+    args, out, pooled = finished_study
+    _change_recorded(out, "fedavg", "lr", 0.5)
+    results = (out / "results.csv").read_bytes()
+    launch = FakeFlower()
+
+    study.main([*args, "--keep-stale"], launch=launch)
+
+    assert launch.calls == [] and len(pooled) == 1
+    assert (out / "results.csv").read_bytes() == results
+    assert "keeping stale runs" in capsys.readouterr().out
+    assert read_configs(out)[next(k for k in read_configs(out) if k[1] == "fedavg")]["config"]["lr"] == 0.5
+
+
+def test_rerun_stale_trains_the_run_and_those_that_take_its_rounds_again_and_keeps_the_old_rows(finished_study):
+    args, out, pooled = finished_study
+    old = read_rows(out / "results.csv")
+    _change_recorded(out, "fedavg", "lr", 0.5)
+    launch = FakeFlower()
+
+    study.main([*args, "--rerun-stale"], launch=launch)
+
+    assert [c["strategy"] for c in launch.calls] == ["fedavg"] and len(pooled) == 2
+    assert read_rows(out / STALE_ROWS_FILE) == old  # both runs' old rows, as evidence
+    assert read_rows(out / "results.csv") == old  # the stand-in trains to the same numbers
+    jobs = study.plan_jobs(study.load_plan(args[1]))
+    assert all(read_configs(out)[label(key)]["config"] == resolve(settings) for key, settings, _ in jobs)
+    assert len(list((out / "runs" / "synthetic-fundus" / "fedavg").glob("seed0-*.stale-*"))) == 1
+    study.main(args, launch=launch)  # and the next sitting finds nothing stale
+    assert len(launch.calls) == 1
+
+
+def test_a_run_finished_unrecorded_is_checked_from_its_checkpoint_else_reported_unchecked(finished_study, capsys):
+    args, out, _ = finished_study
+    (out / CONFIGS_FILE).unlink()  # finished before the study recorded configs
+    capsys.readouterr()
+
+    study.main(args, launch=FakeFlower())
+    records = read_configs(out)
+    assert [r["method"] for r in records.values()] == ["fedavg"]  # from its checkpoint; centralized has none
+    assert "1 finished run(s) without a recorded run config" in capsys.readouterr().out
+
+    _change_recorded(out, "fedavg", "lr", 0.5)
+    shutil.rmtree(out / "runs")  # a clone: results.csv and the records, no run folders
+    with pytest.raises(ValueError, match="fedavg seed 0: lr: 0.5 ->"):
+        study.main(args, launch=FakeFlower())
+    (out / CONFIGS_FILE).unlink()
+    study.main(args, launch=FakeFlower())
+    assert "2 finished run(s) without a recorded run config" in capsys.readouterr().out
+    assert not (out / CONFIGS_FILE).exists()
+
+
+def test_differences_name_every_changed_added_and_removed_key():
+    assert differences({"lr": 0.001, "a": 1}, {"lr": 0.002, "b": "x"}) == [
+        "a: 1 -> None", "b: None -> 'x'", "lr: 0.001 -> 0.002"]
+    assert differences({"lr": 0.001}, json.loads(json.dumps({"lr": 0.001}))) == []
