@@ -77,6 +77,7 @@ class RunConfig:
     local_epochs: int = owned(TrainingSettings, "local_epochs")
     max_local_steps: int = owned(TrainingSettings, "max_local_steps")
     local_steps: int = owned(TrainingSettings, "local_steps")
+    min_local_steps: int = owned(TrainingSettings, "min_local_steps")
     augmentation: str = owned(TrainingSettings, "augmentation")
     style_augmentation: float = owned(TrainingSettings, "style_augmentation")
     lr: float = owned(TrainingSettings, "lr")
@@ -291,6 +292,7 @@ class RunConfig:
             perturbation_alpha=self.harmofl_settings.active_perturbation_alpha,
             precision=training.precision,
             style_augmentation=training.style_augmentation,
+            min_local_steps=training.min_local_steps,
         )
 
     @classmethod

@@ -35,7 +35,7 @@ CHANGED = {
     "weight-perturbation": True, "perturbation-alpha": 0.2, "knn-k": 4, "knn-kernel-scale": 2.0, "knn-capacity": 77,
     "knn-pixels-per-image": 9, "gamma": 0.3, "gamma-selection": "fixed", "route-by": "case", "stop-window": 3,
     "stop-min-gain": 0.01, "stop-min-rounds": 4, "stop-check-every": 2, "precision": "fp32",
-    "fine-tune-gamma": "validation",
+    "fine-tune-gamma": "validation", "min-local-steps": 4,
 }
 OWNED = {f.name.replace("_", "-"): f for f in dataclasses.fields(RunConfig) if "owner" in f.metadata}
 
@@ -86,6 +86,7 @@ def test_round_settings_join_training_fedsm_personalization_and_harmofl():
     assert settings.lr == pytest.approx(0.0)  # the cosine's floor (lr-min-factor 0) in the last round
     assert settings.perturbation_alpha == 0.05  # HarmoFL turns weight perturbation on
     assert settings.seed == 2 * 1_000_003 + 5 * 101 + 3
+    assert RunConfig.from_mapping({"min-local-steps": 8}).round_settings(1, 0).min_local_steps == 8
 
 
 def test_harmofl_turns_on_both_halves_and_other_strategies_only_on_request():
@@ -98,6 +99,8 @@ def test_harmofl_turns_on_both_halves_and_other_strategies_only_on_request():
 
 @pytest.mark.parametrize(("values", "match"), [
     ({"local-steps": 4, "local-epochs": 2}, "local-steps = 4 sets every site's number"),
+    ({"min-local-steps": 8, "max-local-steps": 4}, "min-local-steps = 8 conflicts with local-steps = 0 and max-local"),
+    ({"min-local-steps": 8, "local-steps": 4}, "min-local-steps = 8 conflicts with local-steps = 4"),
     ({"pfedme-eta": 0.5, "pfedme-lambda": 15.0}, "pfedme-eta . pfedme-lambda = 0.5 . 15.0 is above 1"),
     ({"server-optimizer": "sgd"}, "server-optimizer = 'sgd' is not one of"),
     ({"knn-k": 0}, r"knn-k = 0 is outside \[1, 10000\]"),

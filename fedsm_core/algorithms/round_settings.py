@@ -40,6 +40,8 @@ class RoundSettings:
         ``auto``, ``fp32``, ``bf16`` or ``fp16``.
     style_augmentation : float
         Probability of a random acquisition style per training image.
+    min_local_steps : int
+        A round shorter than this many minibatches is stretched to it (0: never).
     """
 
     batch_size: int
@@ -55,3 +57,4 @@ class RoundSettings:
     perturbation_alpha: float = 0.0
     precision: str = "fp32"
     style_augmentation: float = 0.0
+    min_local_steps: int = 0

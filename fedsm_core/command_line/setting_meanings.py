@@ -60,6 +60,10 @@ MEANINGS: dict[str, str] = {
         "every site takes exactly this many minibatches per round, however many images it holds (0: `local-epochs` "
         "passes; replaces `local-epochs` and `max-local-steps`)"
     ),
+    "min-local-steps": (
+        "a site whose round would take fewer minibatches takes exactly this many (as `local-steps` would), a site "
+        "with more takes its pass as usual: for federations with sites of a few images (0: never)"
+    ),
     "augmentation": (
         "`none`, `flip` (random horizontal/vertical flips) or `affine` (flips, small affine warp, brightness/contrast)"
     ),

@@ -63,6 +63,16 @@ def iterate_batches(
         yield images, masks
 
 
+def batches_per_pass(count: int, batch_size: int) -> int:
+    """Minibatches of one shuffled pass over ``count`` images (:func:`iterate_batches`' rule for a last single image).
+
+    ``ceil(count / batch_size)``, one fewer when the last batch would hold a
+    single image of several batches (it joins the batch before it).
+    """
+    batches = -(-count // batch_size)
+    return batches - 1 if batches > 1 and count % batch_size == 1 else batches
+
+
 def _warp_pairs(
     images: torch.Tensor, masks: torch.Tensor, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.device import to_device
-from fedsm_core.training.batches import iterate_batches
+from fedsm_core.training.batches import batches_per_pass, iterate_batches
 from fedsm_core.training.precision import FP32, StepPrecision, step_precision
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -167,6 +167,22 @@ def train_local(
     return metrics
 
 
+def stretch_to_min_steps(count: int, batch_size: int, epochs: int, max_steps: int, min_steps: int) -> tuple[int, int]:
+    """``(epochs, step cap)`` of a round that takes at least ``min_steps`` minibatches (``min-local-steps``).
+
+    A site whose round (``epochs`` passes of ``p`` minibatches, capped at
+    ``max_steps``) is shorter than ``min_steps`` takes exactly ``min_steps``:
+    ``ceil(min_steps / p)`` passes capped at ``min_steps``, as ``local-steps``
+    would. A longer round is left as it is, so a federation whose every site
+    takes ``min_steps`` or more trains as without the setting.
+    """
+    per_pass = batches_per_pass(count, batch_size)
+    planned = per_pass * epochs if max_steps == 0 else min(per_pass * epochs, max_steps)
+    if min_steps <= planned:
+        return epochs, max_steps
+    return -(-min_steps // per_pass), min_steps
+
+
 def train_on_split(
     learners: Sequence[Learner],
     data: SegArrays,
@@ -177,13 +193,16 @@ def train_on_split(
     device: torch.device | str = "cpu",
     augmentation: str = "flip",
     precision: str = "fp32",
+    min_steps: int = 0,
 ) -> dict[str, float]:
     """:func:`train_local` over shuffled, augmented minibatches of one site's split.
 
     ``seed`` fixes the order and augmentation, so a round is reproducible;
     ``augmentation`` is a policy of :mod:`fedsm_core.data.augment`;
-    ``precision`` is passed to :func:`train_local`.
+    ``precision`` is passed to :func:`train_local`; ``min_steps`` stretches
+    a round too short for it (:func:`stretch_to_min_steps`).
     """
+    epochs, max_steps = stretch_to_min_steps(len(data.images), batch_size, epochs, max_steps, min_steps)
     generator = torch.Generator().manual_seed(seed)
     return train_local(
         learners,

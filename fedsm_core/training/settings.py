@@ -36,6 +36,10 @@ class TrainingSettings:
         as that needs; 0 lets each site take one pass of its own length
         (``local-steps``; FedAvg's sites of 12 and 100 images otherwise take 2
         and 13 steps).
+    min_local_steps : int
+        A site whose round would take fewer minibatches takes exactly this
+        many; a longer round is unchanged (``min-local-steps``; 0: never).
+        The rule for federations with sites of a few images.
     augmentation : str
         ``none``, ``flip`` or ``affine`` (``augmentation``).
     style_augmentation : float
@@ -58,6 +62,7 @@ class TrainingSettings:
     local_epochs: int = setting(1, "local-epochs", low=1, high=1000)
     max_local_steps: int = setting(0, "max-local-steps", low=0, high=10**9)
     local_steps: int = setting(0, "local-steps", low=0, high=10**9)
+    min_local_steps: int = setting(0, "min-local-steps", low=0, high=10**9)
     augmentation: str = setting("flip", "augmentation", choices=AUGMENTATIONS)
     style_augmentation: float = setting(0.0, "style-augmentation", low=0.0, high=1.0)
     lr: float = setting(2e-3, "lr", low=1e-8, high=10.0)
@@ -72,6 +77,10 @@ class TrainingSettings:
                              f"itself, but local-epochs = {self.local_epochs} and max-local-steps = "
                              f"{self.max_local_steps} are set too; keep local-epochs = 1 and max-local-steps = 0, "
                              f"or set local-steps = 0")
+        if self.min_local_steps and (self.local_steps or 0 < self.max_local_steps < self.min_local_steps):
+            raise ValueError(f"min-local-steps = {self.min_local_steps} conflicts with local-steps = "
+                             f"{self.local_steps} and max-local-steps = {self.max_local_steps}: set local-steps = 0 "
+                             f"and max-local-steps to 0 or at least min-local-steps")
 
     def epochs_and_steps(self) -> tuple[int, int]:
         """``(local epochs, step cap)`` of a round: ``local-steps = S`` is ``S`` passes capped at ``S`` minibatches.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from fedsm_core.data.arrays import SegArrays
-from fedsm_core.training.batches import iterate_batches
+from fedsm_core.training.batches import batches_per_pass, iterate_batches
 
 
 def _data(count: int) -> SegArrays:
@@ -21,6 +22,12 @@ def test_training_batches_cover_every_image_once_and_never_hold_a_single_image()
     assert [len(images) for images, _ in batches] == [4, 5]
     seen = sorted(int(v) for images, _ in batches for v in images[:, 0, 0, 0])
     assert seen == list(range(9))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 8, 9, 12, 13, 17])
+def test_batches_per_pass_counts_what_a_training_pass_yields(count):
+    counted = sum(1 for _ in iterate_batches(_data(count), 4, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    assert batches_per_pass(count, 4) == counted
 
 
 def test_evaluation_batches_keep_order_and_sizes():

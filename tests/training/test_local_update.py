@@ -6,7 +6,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fedsm_core.training.local_update import Learner, TrainingHook, segmentation_batch, train_local
+from fedsm_core.data.arrays import SegArrays
+from fedsm_core.training.local_update import (
+    Learner,
+    TrainingHook,
+    segmentation_batch,
+    stretch_to_min_steps,
+    train_local,
+    train_on_split,
+)
 
 
 class Scale(nn.Module):
@@ -90,6 +98,34 @@ def test_max_steps_caps_the_number_of_minibatches(epochs, max_steps, expected):
     assert metrics["steps"] == float(expected)
     assert sum(1 for tag, event, _ in log if event == "after_step" and tag == "a") == expected
     assert sum(1 for tag, event, _ in log if event == "after_step" and tag == "b") == expected
+
+
+@pytest.mark.parametrize(("count", "epochs", "max_steps", "min_steps", "expected"), [
+    (12, 1, 0, 8, (4, 8)),  # 2 minibatches a pass (12 = 8 + 4): 4 passes of 2
+    (12, 1, 0, 0, (1, 0)),  # no minimum: unchanged
+    (100, 1, 0, 8, (1, 0)),  # 13 minibatches a pass already: unchanged
+    (64, 1, 0, 8, (1, 0)),  # exactly 8 a pass: unchanged
+    (9, 1, 0, 8, (8, 8)),  # 9 images in batches of 8 make one batch (the ninth joins it): 8 passes of 1
+    (12, 2, 3, 8, (4, 8)),  # a cap below the minimum (3 steps) is stretched too
+    (40, 1, 0, 8, (2, 8)),  # 5 a pass: 2 passes, capped at 8
+])
+def test_a_round_shorter_than_min_steps_is_stretched_to_exactly_min_steps(count, epochs, max_steps, min_steps,
+                                                                         expected):
+    assert stretch_to_min_steps(count, 8, epochs, max_steps, min_steps) == expected
+
+
+def test_train_on_split_takes_min_steps_at_a_small_site_and_its_pass_at_a_large_one():
+    def data(count):
+        images = torch.rand(count, 1, 4, 4, generator=torch.Generator().manual_seed(count)).numpy()
+        return SegArrays(images, (images > 0.5).astype("float32"), tuple(str(i) for i in range(count)))
+
+    def steps(count, min_steps):
+        model = nn.Conv2d(1, 1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        learner = Learner("a", model, optimizer, lambda out, y: (out - y).pow(2).mean())
+        return train_on_split([learner], data(count), 4, 1, 0, 0, augmentation="none", min_steps=min_steps)["steps"]
+
+    assert (steps(6, 0), steps(6, 5), steps(40, 5)) == (2.0, 5.0, 10.0)
 
 
 def test_max_steps_loss_is_the_mean_over_taken_steps():

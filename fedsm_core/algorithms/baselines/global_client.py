@@ -86,7 +86,7 @@ def train_global_client(
     learner = Learner("global", model, optimizer, soft_dice_loss, segmentation_batch_fn(settings), hooks)
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
-                             settings.augmentation, settings.precision)
+                             settings.augmentation, settings.precision, settings.min_local_steps)
     control = scaffold.new_client_control(model) if scaffold is not None else None
     kept = adam_state_to_arrays(model, optimizer) if options.optimizer_state is not None else None
     return GlobalUpdate(get_weights(model), len(data.images), control, kept), metrics

@@ -108,7 +108,7 @@ def train_fedsm_client(
         learners.append(selector_step)
     metrics = train_on_split(learners, data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
-                             settings.augmentation, settings.precision)
+                             settings.augmentation, settings.precision, settings.min_local_steps)
     update = FedSMUpdate(
         global_weights=get_weights(global_model),
         personal_weights=personal.deployed(lambda: iterate_batches(data, settings.batch_size, shuffle=False)),

@@ -97,5 +97,5 @@ def train_extra_selector_client(
     learner = Learner("selector", selector, optimizer, F.cross_entropy, extra_selector_batch(candidates))
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,
                              settings.max_local_steps, settings.seed, device,
-                             settings.augmentation, settings.precision)
+                             settings.augmentation, settings.precision, settings.min_local_steps)
     return get_weights(selector), adam_state_to_arrays(selector, optimizer), metrics

@@ -71,26 +71,35 @@ def test_two_rounds_with_kept_state_equal_one_adam_over_both_rounds():
         np.testing.assert_array_equal(second.weights[key], value, err_msg=key)
 
 
-def test_local_steps_gives_every_site_the_same_number_of_steps_whatever_its_size():
+def test_local_steps_gives_every_site_the_same_number_of_steps_and_min_local_steps_stretches_only_short_rounds():
     # Prepare: 6 images in batches of 3 are 2 steps a pass; 2 images are 1
     torch.set_num_threads(1)
     torch.manual_seed(0)
     start = get_weights(SPEC.build_segmentation())
     big = _data()
     small = SegArrays(big.images[:2], big.masks[:2], big.ids[:2])
-    fixed = RunConfig.from_mapping({"local-steps": 5, "batch-size": 3})
-    epochs = RunConfig.from_mapping({"batch-size": 3})
+    configs = {"fixed": {"local-steps": 5}, "epochs": {}, "minimum": {"min-local-steps": 2},
+               "minimum-5": {"min-local-steps": 5}}
 
     # Execute
-    steps = {}
-    for name, config in (("fixed", fixed), ("epochs", epochs)):
+    steps, weights = {}, {}
+    for name, values in configs.items():
+        config = RunConfig.from_mapping({**values, "batch-size": 3})
         for size, data in (("big", big), ("small", small)):
-            _, metrics = train_global_client(start, data, SPEC, config.round_settings(1, 0), GlobalClientOptions(),
-                                             torch.device("cpu"))
-            steps[name, size] = metrics["steps"]
+            update, metrics = train_global_client(start, data, SPEC, config.round_settings(1, 0),
+                                                  GlobalClientOptions(), torch.device("cpu"))
+            steps[name, size], weights[name, size] = metrics["steps"], update.weights
 
-    # Assert: local-steps = 5 is 5 steps at both sites (2.5 and 5 passes); one epoch is 2 and 1
-    assert steps == {("fixed", "big"): 5.0, ("fixed", "small"): 5.0, ("epochs", "big"): 2.0, ("epochs", "small"): 1.0}
+    # Assert: local-steps = 5 is 5 steps at both sites (2.5 and 5 passes); one epoch is 2 and 1;
+    # min-local-steps = 2 leaves the big site's pass and stretches the small one's to 2
+    assert steps == {("fixed", "big"): 5.0, ("fixed", "small"): 5.0, ("epochs", "big"): 2.0, ("epochs", "small"): 1.0,
+                     ("minimum", "big"): 2.0, ("minimum", "small"): 2.0,
+                     ("minimum-5", "big"): 5.0, ("minimum-5", "small"): 5.0}
+    for size in ("big", "small"):  # where every round is stretched, it is local-steps' round bit for bit
+        for key, value in weights["fixed", size].items():
+            np.testing.assert_array_equal(weights["minimum-5", size][key], value, err_msg=key)
+    for key, value in weights["epochs", "big"].items():  # a round long enough is untouched
+        np.testing.assert_array_equal(weights["minimum", "big"][key], value, err_msg=key)
 
 
 def test_style_augmentation_trains_on_other_images_than_the_plain_batch():
