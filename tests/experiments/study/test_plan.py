@@ -35,6 +35,11 @@ def test_the_reference_plan_is_valid_and_orders_every_dependency():
     assert plan.rounds_from == {"centralized": "fedavg", "fedsm-extra": "fedsm"}
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "plans").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_committed_plan_loads(path):
+    assert load_plan(path).jobs()  # every setting checked, every rounds-from ordered
+
+
 @pytest.mark.parametrize(("text", "match"), [
     (GOOD.replace('"fedavg", "centralized"', '"fedavg", "fedsmm"'), r"methods \['fedsmm'\] are unknown"),
     (GOOD.replace('"fedavg", "centralized"', '"centralized", "fedavg"'), "rounds-from = a method listed before"),
