@@ -1,9 +1,16 @@
-"""What every resumable study shares: a file lock per cell and per CSV, and the log of its sittings.
+"""What every resumable study shares: a file lock per cell and per CSV, the log of its sittings, cell configs.
 
 A study (the ladder, the robustness study) is run in sittings: each skips the
 cells already in its CSV, so an interrupted study goes on where it stopped.
 Several sittings may share one output folder at once: each takes a cell's lock
 before training it, and appends to the CSV under the folder's lock.
+
+A cell is a tuple whose last field is its seed; its table averages a cell over
+seeds. So each finished cell's whole run config is recorded
+(``cell-configs.jsonl``), and a sitting refuses, before anything trains, to
+add a seed to cells that ran with another config (a default changed since):
+:func:`check_cell_configs`. Cells finished before configs were recorded are
+not checked; :data:`MEASURED_WITH` pins the defaults that changed after them.
 """
 
 from __future__ import annotations
@@ -11,12 +18,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import json
 import platform
 import subprocess
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
 import torch
+
+from experiments.study.run_configs import differences
+from fedsm_core.config import RunConfig
+
+CELL_CONFIGS = "cell-configs.jsonl"
+# Not compared between the seeds of a cell: the seeds themselves, and where and how a run executes.
+PER_RUN_KEYS = frozenset({"seed", "data-seed", "output-dir", "resume-from", "device", "torch-threads",
+                          "round-timeout", "min-replies"})
 
 # Settings whose default changed after a study's committed cells were measured. Each study puts these under its
 # own overrides, so a later sitting's cells are measured like the committed ones (a variant may still override).
@@ -68,3 +85,52 @@ def log_sitting(out: Path, study: str, table: str, argv: list[str], done: int, t
     with path.open("a") as handle:
         handle.write(f"- {stamp}, commit {commit}: {done} of {total} cells finished at the start; "
                      f"`{' '.join(argv)}`\n")
+
+
+def comparable_config(settings: Mapping[str, object]) -> dict[str, object]:
+    """The run config ``settings`` resolve to (defaults filled in) as JSON values, without :data:`PER_RUN_KEYS`."""
+    resolved = RunConfig.from_mapping(settings).to_mapping()
+    kept = {key: value for key, value in resolved.items() if key not in PER_RUN_KEYS}
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
+
+
+def read_cell_configs(out: Path) -> dict[tuple, dict[str, object]]:
+    """``out/cell-configs.jsonl`` as {cell: its recorded config}; empty before the first cell finished."""
+    path = out / CELL_CONFIGS
+    if not path.is_file():
+        return {}
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {tuple(record["cell"]): record["config"] for record in records}
+
+
+def record_cell_config(out: Path, cell: tuple, settings: Mapping[str, object]) -> None:
+    """Append a finished cell's config (call it under the folder's results lock, as the CSV is written)."""
+    with (out / CELL_CONFIGS).open("a") as handle:
+        handle.write(json.dumps({"cell": list(cell), "config": comparable_config(settings)}, sort_keys=True) + "\n")
+
+
+def check_cell_configs(out: Path, planned: Mapping[tuple, Mapping[str, object]]) -> None:
+    """Refuse a sitting whose cells would join seeds of the same cell recorded with another run config.
+
+    ``planned`` maps each cell of the sitting to its settings. A recorded cell
+    is compared with every planned cell that differs from it in the seed (the
+    last field) alone, itself included.
+
+    Raises
+    ------
+    ValueError
+        Naming each such cell, the seed it ran with and the keys that differ.
+    """
+    records = read_cell_configs(out)
+    problems = []
+    for cell, settings in planned.items():
+        today = comparable_config(settings)
+        for other, recorded in records.items():
+            changed = differences(recorded, today) if list(other[:-1]) == list(cell[:-1]) else []
+            if changed:
+                problems.append(f"  {' '.join(map(str, cell))}: seed {other[-1]} ran with {'; '.join(changed)}")
+    if problems:
+        raise ValueError(f"{out}: these cells would sit beside seeds measured with another run config (recorded -> "
+                         f"this sitting), in {CELL_CONFIGS}:\n" + "\n".join(sorted(set(problems))) +
+                         "\npin the recorded values with --run-config (or in MEASURED_WITH, experiments/sittings.py) "
+                         "to extend those cells, or name the change as a new variant")

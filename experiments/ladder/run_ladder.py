@@ -49,7 +49,7 @@ from experiments.ladder.loops import CellResult, run_cell
 from experiments.ladder.table import write_table
 from experiments.progress import over_runs
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, locked, log_sitting
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
 from fedsm_core.config import RunConfig
 from fedsm_core.data.repartition import PARTITIONS
 
@@ -88,9 +88,11 @@ def finished_cells(csv_path: Path) -> set[tuple[str, str, str, int]]:
                 if r["kind"] == "seconds"}
 
 
-def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
-    """Add one finished cell's rows to the CSV (the header on first write), under the folder's lock."""
+def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult,
+                config: RunConfig) -> None:
+    """Add one finished cell's rows to the CSV (the header on first write) and its config, under the folder's lock."""
     with locked(csv_path.parent / "results.lock"):
+        record_cell_config(csv_path.parent, cell, config.to_mapping())
         _append(csv_path, cell, result)
         write_table(csv_path, csv_path.parent / "table.md")
 
@@ -143,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             cell_config(dataset, args.seeds[0], args.rounds, variant, method)
     csv_path = args.out / "results.csv"
     todo = cells(args.datasets, args.methods, args.seeds, args.rungs, args.variant, args.centralized_variant)
+    settings = {cell: variant if cell[1] != CENTRALIZED else overrides for cell in todo}
+    check_cell_configs(args.out, {cell: cell_config(cell[0], cell[3], args.rounds, settings[cell], cell[1]).to_mapping()
+                                  for cell in todo})
     done = finished_cells(csv_path)
     args.out.mkdir(parents=True, exist_ok=True)
     log_sitting(args.out, "experiments.ladder.run_ladder", "experiments.ladder.table",
@@ -152,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = cell_folder(args.out, cell)
         with locked(folder.parent / f"{folder.name}.lock", wait=False) as mine:
             if mine and cell not in finished_cells(csv_path):  # not taken, nor finished by another sitting
-                run_one(cell, variant if cell[1] != CENTRALIZED else overrides, args.rounds, folder, csv_path)
+                run_one(cell, settings[cell], args.rounds, folder, csv_path)
     return 0
 
 
@@ -168,7 +173,7 @@ def run_one(cell: tuple[str, str, str, int], overrides: dict[str, object], round
     started = time.monotonic()
     config = cell_config(dataset, seed, rounds, overrides, method)
     result = run_cell(config, method.split(":")[0], rung, folder)
-    append_rows(csv_path, cell, result)
+    append_rows(csv_path, cell, result, config)
     print(f"[ladder] {dataset} {method} {rung} seed {seed}: client-average test Dice "
           f"{result.client_average():.4f} ({time.monotonic() - started:.0f} s)", flush=True)
 

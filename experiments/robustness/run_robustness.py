@@ -32,7 +32,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.robustness.table import COLUMNS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, locked, log_sitting
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
 from fedsm_core.algorithms.attacks import ATTACKS, FEDSM_ONLY
 from fedsm_core.algorithms.robust_aggregation import AGGREGATIONS
 from fedsm_core.config import RunConfig
@@ -89,9 +89,11 @@ def run_cell(cell: Cell, overrides: dict[str, object], folder: Path) -> list[tup
     return [*rows, ("seconds-per-round", "", seconds / int(overrides["num-server-rounds"]))]
 
 
-def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, float]], attacked_site: str) -> None:
-    """Add a finished cell's rows to the CSV and rewrite the table, under the folder's lock."""
+def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, float]], attacked_site: str,
+                settings: dict[str, object]) -> None:
+    """Add a finished cell's rows to the CSV and its config to ``cell-configs.jsonl``, rewrite the table (locked)."""
     with locked(csv_path.parent / "results.lock"):
+        record_cell_config(csv_path.parent, cell, settings)
         fresh = not csv_path.exists()
         with csv_path.open("a", newline="") as handle:
             writer = csv.writer(handle)
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                                      args.min_cosine)
                 for cell in todo}
     csv_path = args.out / "results.csv"
+    check_cell_configs(args.out, settings)
     done = finished_cells(csv_path)
     log_sitting(args.out, "experiments.robustness.run_robustness", "experiments.robustness.table",
                 sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         with locked(folder.parent / f"{folder.name}.lock", wait=False) as mine:
             if mine and cell not in finished_cells(csv_path):  # not taken, nor finished by another sitting
                 rows = run_cell(cell, settings[cell], folder)
-                append_rows(csv_path, cell, rows, args.attacked_site)
+                append_rows(csv_path, cell, rows, args.attacked_site, settings[cell])
                 honest = [v for kind, site, v in rows if kind == "test" and site != args.attacked_site]
                 print(f"[robustness] {' '.join(map(str, cell))}: honest client-average test Dice "
                       f"{sum(honest) / len(honest):.4f}", flush=True)

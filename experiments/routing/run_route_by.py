@@ -31,7 +31,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.routing.route_by_table import COLUMNS, METRICS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, locked, log_sitting
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
 from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.config import RunConfig
 
@@ -75,9 +75,11 @@ def run_cell(overrides: dict[str, object], folder: Path) -> list[tuple[str, str,
     return [*kept, ("time", "", "seconds", seconds)]
 
 
-def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, str, float]]) -> None:
-    """Add a finished cell's rows to the CSV and rewrite the table, under the folder's lock."""
+def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, str, float]],
+                settings: dict[str, object]) -> None:
+    """Add a finished cell's rows to the CSV and its config to ``cell-configs.jsonl``, rewrite the table (locked)."""
     with locked(csv_path.parent / "results.lock"):
+        record_cell_config(csv_path.parent, cell, settings)
         fresh = not csv_path.exists()
         with csv_path.open("a", newline="") as handle:
             writer = csv.writer(handle)
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = cells(args.datasets, args.routes, args.seeds)
     settings = {cell: cell_overrides(cell, args.rounds, extra) for cell in todo}
     csv_path = args.out / "results.csv"
+    check_cell_configs(args.out, settings)
     done = finished_cells(csv_path)
     log_sitting(args.out, "experiments.routing.run_route_by", "experiments.routing.route_by_table",
                 sys.argv[1:] if argv is None else argv, len(done & set(todo)), len(todo))
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.out / "runs" / "-".join(map(str, cell))
         with locked(folder.parent / f"{folder.name}.lock", wait=False) as mine:
             if mine and cell not in finished_cells(csv_path):  # not taken, nor finished by another sitting
-                append_rows(csv_path, cell, run_cell(settings[cell], folder))
+                append_rows(csv_path, cell, run_cell(settings[cell], folder), settings[cell])
                 print(f"[route-by] {' '.join(map(str, cell))}: done", flush=True)
     return 0
 

@@ -1,0 +1,65 @@
+"""What the resumable studies share: each finished cell's run config is recorded, and seeds never mix configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.ladder import run_ladder as ladder
+from experiments.ladder.loops import CellResult
+from experiments.sittings import CELL_CONFIGS, check_cell_configs, comparable_config, read_cell_configs
+from fedsm_core.config import RunConfig
+
+TINY = "image-size=32 data-scale=0.1 max-local-steps=2 selector-width=4 batch-size=4 eval-every=1"
+
+
+def _record(out, cell, settings) -> None:
+    with (out / CELL_CONFIGS).open("a") as handle:
+        handle.write(json.dumps({"cell": list(cell), "config": comparable_config(settings)}) + "\n")
+
+
+def test_a_seed_is_refused_beside_seeds_recorded_with_another_config_and_only_there(tmp_path):
+    # Prepare: seed 0 of two cells recorded with lr 0.002 (the default); today's sitting runs lr 0.001
+    base = {"dataset": "synthetic-fundus", "strategy": "fedavg"}
+    _record(tmp_path, ("synthetic-fundus", "fedavg", "real", 0), {**base, "seed": 0, "data-seed": 0})
+    _record(tmp_path, ("synthetic-fundus", "fedavg", "iid", 0), {**base, "seed": 0, "data-seed": 0})
+    changed = {**base, "lr": 0.001, "seed": 1, "data-seed": 1}
+
+    # Execute / Assert: the same cell on seed 1 is refused, naming the seed, the key and both values
+    with pytest.raises(ValueError, match=r"synthetic-fundus fedavg real 1: seed 0 ran with lr: 0\.002 -> 0\.001\n"
+                                         r".*pin the recorded values"):
+        check_cell_configs(tmp_path, {("synthetic-fundus", "fedavg", "real", 1): changed})
+    # another seed with the recorded config passes (seeds differ by design), and so does another cell
+    check_cell_configs(tmp_path, {("synthetic-fundus", "fedavg", "real", 1): {**base, "seed": 1, "data-seed": 1}})
+    check_cell_configs(tmp_path, {("synthetic-fundus", "fedavg:lr", "real", 1): changed})
+    check_cell_configs(tmp_path / "empty", {("synthetic-fundus", "fedavg", "real", 1): changed})
+
+
+def test_the_ladder_records_each_finished_cell_and_refuses_to_extend_it_after_a_default_changed(tmp_path,
+                                                                                                  monkeypatch):
+    # Prepare: cells that finish at once (no training), with the config they were given
+    given = []
+
+    def fake_cell(config, method, rung, folder):
+        given.append(config)
+        return CellResult({"global": [(2, 0.5)]}, {"global": {"site-1": 0.5, "pooled": 0.5}}, 1.0)
+
+    monkeypatch.setattr(ladder, "run_cell", fake_cell)
+    args = ["--out", str(tmp_path), "--datasets", "synthetic-fundus", "--methods", "fedavg", "--rungs", "real",
+            "--rounds", "2", "--run-config", TINY]
+
+    # Execute: seed 0, then a record edited as a changed default would leave it, then seed 1
+    ladder.main([*args, "--seeds", "0"])
+    records = read_cell_configs(tmp_path)
+    assert records[("synthetic-fundus", "fedavg", "real", 0)] == comparable_config(given[1].to_mapping())
+    assert set(records) == {("synthetic-fundus", "centralized", "pooled", 0), ("synthetic-fundus", "fedavg", "real", 0)}
+    lines = (tmp_path / CELL_CONFIGS).read_text().replace('"softpull-lambda": 0.99', '"softpull-lambda": 0.5')
+    (tmp_path / CELL_CONFIGS).write_text(lines)
+
+    # Assert: seed 1 is refused for both cells before anything trains
+    with pytest.raises(ValueError, match=r"(?s)centralized pooled 1: seed 0 ran with softpull-lambda: 0\.5 -> 0\.99"
+                                         r".*fedavg real 1: seed 0 ran with softpull-lambda"):
+        ladder.main([*args, "--seeds", "1"])
+    assert len(given) == 2
+    assert RunConfig().softpull_lambda == 0.99  # the value the edit stands in for
