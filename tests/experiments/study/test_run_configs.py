@@ -13,8 +13,10 @@ import json
 import shutil
 
 import pytest
+import torch
 from support.study_runs import PLAN, FakeFlower, fake_pooled
 
+import experiments.study.run_configs as run_configs
 import experiments.study.run_plan as study
 from experiments.study.run_configs import (
     CONFIGS_FILE,
@@ -134,7 +136,29 @@ def test_a_run_finished_unrecorded_is_checked_from_its_checkpoint_else_reported_
     assert not (out / CONFIGS_FILE).exists()
 
 
-def test_differences_name_every_changed_added_and_removed_key():
-    assert differences({"lr": 0.001, "a": 1}, {"lr": 0.002, "b": "x"}) == [
-        "a: 1 -> None", "b: None -> 'x'", "lr: 0.001 -> 0.002"]
+def test_differences_name_changed_and_removed_keys_and_compare_added_ones_only_when_listed(monkeypatch):
+    assert differences({"lr": 0.001, "a": 1}, {"lr": 0.002, "b": "x"}) == ["a: 1 -> None", "lr: 0.001 -> 0.002"]
+    monkeypatch.setitem(run_configs.BEFORE_THE_KEY, "b", "y")  # b's default no longer reproduces the old behaviour
+    assert differences({"lr": 0.001}, {"lr": 0.001, "b": "x"}) == ["b: 'y' -> 'x'"]
     assert differences({"lr": 0.001}, json.loads(json.dumps({"lr": 0.001}))) == []
+
+
+def test_a_checkpoint_from_before_a_key_existed_takes_the_value_that_reproduces_the_old_behaviour(
+        finished_study, monkeypatch):
+    # Prepare: FedAvg's checkpoint without the key min-local-steps, as one saved before the key existed
+    args, out, _ = finished_study
+    (out / CONFIGS_FILE).unlink()
+    (checkpoint,) = (out / "runs").glob("synthetic-fundus/fedavg/*/chunk-*/checkpoint.pt")
+    payload = torch.load(checkpoint, weights_only=True)
+    del payload["run-config"]["min-local-steps"]
+    torch.save(payload, checkpoint)
+
+    # Execute / Assert: today's default (0) is what runs did before the key: nothing stale
+    study.main(args, launch=FakeFlower())
+    assert read_configs(out)[next(k for k in read_configs(out) if k[1] == "fedavg")]["config"]["min-local-steps"] == 0
+
+    # Execute / Assert: had the default changed (the old behaviour listed as 5 here), the run is stale
+    (out / CONFIGS_FILE).unlink()
+    monkeypatch.setitem(run_configs.BEFORE_THE_KEY, "min-local-steps", 5)
+    with pytest.raises(ValueError, match="fedavg seed 0: min-local-steps: 5 -> 0"):
+        study.main(args, launch=FakeFlower())
