@@ -109,3 +109,17 @@ def fake_pooled(calls: list[dict[str, object]]):
         rows = [{"site": site, "value": 0.75} for site in (*SITES, "pooled")]
         return rows, [(e, curve(e)) for e in range(1, overrides["num-server-rounds"] + 1)]
     return run_pooled
+
+
+def prepare_study(tmp_path, monkeypatch, text: str):
+    """A plan of ``text`` and its output folder, with the study's pooled training replaced by :func:`fake_pooled`.
+
+    Returns ``(the study's arguments, the output folder, the pooled calls)``.
+    """
+    import experiments.study.run_plan as study
+
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    plan.write_text(text)
+    pooled: list[dict[str, object]] = []
+    monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled))
+    return ["--plan", str(plan), "--out", str(out)], out, pooled

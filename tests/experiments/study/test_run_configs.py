@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 import torch
-from support.study_runs import PLAN, FakeFlower, fake_pooled
+from support.study_runs import PLAN, FakeFlower, prepare_study
 
 import experiments.study.run_configs as run_configs
 import experiments.study.run_plan as study
@@ -37,11 +37,7 @@ TWO_METHODS = PLAN.replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"
 @pytest.fixture()
 def finished_study(tmp_path, monkeypatch):
     """FedAvg and centralized (which takes FedAvg's rounds), run to the end; returns (arguments, out, pooled calls)."""
-    plan, out = tmp_path / "plan.toml", tmp_path / "out"
-    plan.write_text(TWO_METHODS)
-    pooled: list[dict[str, object]] = []
-    monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled))
-    args = ["--plan", str(plan), "--out", str(out)]
+    args, out, pooled = prepare_study(tmp_path, monkeypatch, TWO_METHODS)
     study.main(args, launch=FakeFlower())
     return args, out, pooled
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.study_runs import PLAN, FakeFlower, fake_pooled
+from support.study_runs import PLAN, FakeFlower, fake_pooled, prepare_study
 
 import experiments.study.run_plan as study
 from experiments.study.plan import StoppingRule
@@ -23,11 +23,7 @@ def _rounds(rows, method: str) -> set[int]:
 
 def test_a_study_extends_by_the_rule_resumes_after_an_interruption_and_skips_what_finished(tmp_path, monkeypatch):
     # Prepare
-    plan, out = tmp_path / "plan.toml", tmp_path / "out"
-    plan.write_text(PLAN)
-    pooled_calls: list[dict[str, object]] = []
-    monkeypatch.setattr(study, "run_pooled", fake_pooled(pooled_calls))
-    args = ["--plan", str(plan), "--out", str(out)]
+    args, out, pooled_calls = prepare_study(tmp_path, monkeypatch, PLAN)
 
     # Execute: FedSM's run (up to 15 rounds) is interrupted at round 7; then the same command twice more
     first = FakeFlower(interrupt=("fedsm", 15, 7))
