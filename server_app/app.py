@@ -75,6 +75,9 @@ def main(grid: Grid, context: Context) -> None:
     log(INFO, "Run folder: %s", folder)
     nodes = discover_sites(grid, info.site_names, timeout=min(config.round_timeout, 600.0),
                            simulation_only=f"attack = '{config.attack}'" if config.attack else "")
+    hint = config.training_settings.short_round_hint({node.site_name: node.num_train for node in nodes})
+    if hint:
+        log(INFO, "Hint: %s", hint)
     spec = config.model_spec(len(info.structures), info.num_sites)
     reporter = ProgressReporter(folder, config.total_rounds)
     # The sites keep per-site state under this key; a resumed run takes its original run's key instead. The

@@ -11,12 +11,18 @@ trains with in one round is derived from them by
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from fedsm_core.checks import check_settings, setting
 from fedsm_core.data.augment import AUGMENTATIONS
+from fedsm_core.training.batches import batches_per_pass
+from fedsm_core.training.local_update import stretch_to_min_steps
 from fedsm_core.training.lr_schedule import LRSchedule
 from fedsm_core.training.optimizer_state import OPTIMIZER_STATES
 from fedsm_core.training.precision import PRECISIONS
+
+# Below this many minibatches a round at every site, min-local-steps = 8 measured better (short_round_hint).
+SHORT_ROUND = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +97,28 @@ class TrainingSettings:
         if self.local_steps:
             return self.local_steps, self.local_steps
         return self.local_epochs, self.max_local_steps
+
+    def steps_in_round(self, num_train: int) -> int:
+        """Minibatches a site of ``num_train`` training images takes in a round under these settings."""
+        epochs, cap = self.epochs_and_steps()
+        epochs, cap = stretch_to_min_steps(num_train, self.batch_size, epochs, cap, self.min_local_steps)
+        planned = batches_per_pass(num_train, self.batch_size) * epochs
+        return planned if cap == 0 else min(planned, cap)
+
+    def short_round_hint(self, train_sizes: Mapping[str, int]) -> str | None:
+        """A suggestion when every site's round is shorter than :data:`SHORT_ROUND` minibatches, else ``None``.
+
+        Measured (docs/results.md, "A minimum of local steps per round"): where
+        every site takes one to three minibatches a round, ``min-local-steps =
+        8`` gained 0.8 points of validation Dice; where the largest sites take
+        13 or more it was level.
+        """
+        steps = {site: self.steps_in_round(size) for site, size in train_sizes.items()}
+        if not steps or self.local_steps or self.min_local_steps or max(steps.values()) >= SHORT_ROUND:
+            return None
+        listed = ", ".join(f"{site} {count}" for site, count in steps.items())
+        return (f"every site takes fewer than {SHORT_ROUND} minibatches a round ({listed}); on such federations "
+                f"min-local-steps = 8 trained better (docs/results.md, 'A minimum of local steps per round')")
 
     def lr_in_round(self, server_round: int, total_rounds: int) -> float:
         """``lr`` times the schedule's factor in round ``server_round`` of ``total_rounds``."""
