@@ -15,9 +15,10 @@ and its folder aside, then it trains again) or ``--keep-stale``.
 
 A run that finished before configs were recorded gets its record from its
 run folder's checkpoint (the run config the ServerApp itself resolved) where
-the folder is still there (a key added since takes its value from
-:data:`BEFORE_THE_KEY`, else today's default); without it the run is
-*unchecked* and the sitting says so. Keys a resume may change (:data:`RESUMABLE_CHANGES`: round count,
+the folder is still there; without it the run is *unchecked* and the sitting
+says so. A key added after a record was made counts as unchanged unless
+``BEFORE_THE_KEY`` (:mod:`fedsm_core.run_files.checkpoint`) names the value
+that reproduces the behaviour from before it. Keys a resume may change (:data:`RESUMABLE_CHANGES`: round count,
 device, threads, the stopping rule, which the key holds) are not compared.
 """
 
@@ -31,13 +32,9 @@ from pathlib import Path
 
 from experiments.study.runs import ROWS_FILE, RunKey, checkpoint_head, read_chunks, read_rows, write_rows
 from fedsm_core.config import RunConfig
-from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, RESUMABLE_CHANGES
+from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, RESUMABLE_CHANGES, with_keys_added_since
 
 CONFIGS_FILE = "run-configs.jsonl"
-# A checkpoint saved before a key existed lacks it; RunConfig would fill in today's default. By convention a new
-# key's first default reproduces the behaviour from before it, so that is right until the default changes: then
-# the key goes here with the value that reproduces the old behaviour, and runs from before the key show as stale.
-BEFORE_THE_KEY = {"fine-tune-gamma": "validation", "min-local-steps": 0}
 STALE_ROWS_FILE = "stale-results.csv"
 Label = tuple[str, str, int, str]  # dataset (short name), method, seed, run hash
 Records = dict[Label, dict[str, object]]
@@ -69,10 +66,11 @@ def comparable(run_config: Mapping[str, object]) -> dict[str, object]:
 def differences(recorded: Mapping[str, object], today: Mapping[str, object]) -> list[str]:
     """``"key: recorded -> today"`` for every key whose value differs.
 
-    A key added since the record was made takes its :data:`BEFORE_THE_KEY`
-    value, else today's (not compared); a key removed since shows as None.
+    A key added since the record was made takes the value from before it
+    (:func:`~fedsm_core.run_files.checkpoint.with_keys_added_since`); a key
+    removed since shows as None.
     """
-    recorded = {**{key: BEFORE_THE_KEY.get(key, value) for key, value in today.items()}, **recorded}
+    recorded = with_keys_added_since(recorded, today)
     keys = sorted(set(recorded) | set(today))
     return [f"{key}: {recorded.get(key)!r} -> {today.get(key)!r}" for key in keys
             if recorded.get(key) != today.get(key)]
@@ -115,11 +113,6 @@ def checkpoint_record(key: RunKey, runs: Path) -> dict[str, object] | None:
     if not chunks:
         return None
     saved = checkpoint_head(chunks[-1].folder / CHECKPOINT_FILE)["run-config"]
-    saved = {**{key: value for key, value in BEFORE_THE_KEY.items() if key not in saved}, **saved}
-    try:  # an old checkpoint may hold a key RunConfig no longer knows: then compare it as saved
-        saved = RunConfig.from_mapping(saved).to_mapping()
-    except (ValueError, TypeError):
-        pass
     return make_record(key, comparable(saved), f"checkpoint of {chunks[-1].folder.name}")
 
 

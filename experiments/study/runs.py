@@ -34,7 +34,13 @@ import torch
 
 from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
-from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, RESUMABLE_CHANGES, load_checkpoint
+from fedsm_core.run_files.checkpoint import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
+    RESUMABLE_CHANGES,
+    load_checkpoint,
+    with_keys_added_since,
+)
 from fedsm_core.training.stopping_rule import StoppingRule, stopping_round, validation_curve
 
 ROWS_FILE = "study-rows.csv"
@@ -151,8 +157,7 @@ def interrupted_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path |
         return None
     config = RunConfig.from_mapping(settings)
     wanted = _training_keys(config.to_mapping())
-    chunks = [c for c in read_chunks(runs) if not c.finished and
-              _training_keys(checkpoint_head(c.folder / CHECKPOINT_FILE)["run-config"]) == wanted]
+    chunks = [c for c in read_chunks(runs) if not c.finished and _same_training(c, wanted)]
     extra = config.extra_rounds if METHODS[config.strategy].extra_selector else None
     return resume_point(chunks, config.num_server_rounds, extra)
 
@@ -165,13 +170,18 @@ def finished_checkpoint(runs: Path, settings: Mapping[str, object]) -> Path | No
     if not runs.is_dir():
         return None
     wanted = _training_keys(RunConfig.from_mapping(settings).to_mapping())
-    chunks = [c for c in read_chunks(runs) if c.finished and
-              _training_keys(checkpoint_head(c.folder / CHECKPOINT_FILE)["run-config"]) == wanted]
+    chunks = [c for c in read_chunks(runs) if c.finished and _same_training(c, wanted)]
     return chunks[-1].folder / CHECKPOINT_FILE if chunks else None
 
 
 def _training_keys(run_config: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in run_config.items() if k not in RESUMABLE_CHANGES}
+
+
+def _same_training(chunk: Chunk, wanted: Mapping[str, object]) -> bool:
+    """Whether a chunk's checkpoint trained with ``wanted`` (keys it predates as the ServerApp's resume reads them)."""
+    saved = checkpoint_head(chunk.folder / CHECKPOINT_FILE)["run-config"]
+    return _training_keys(with_keys_added_since(saved, wanted)) == wanted
 
 
 def metric_rows(rows: Sequence[Mapping[str, str]]) -> list[tuple[str, ...]]:

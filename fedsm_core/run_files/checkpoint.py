@@ -32,6 +32,16 @@ RESUMABLE_CHANGES = frozenset({
     "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every",
 })
 
+# A checkpoint saved before a run-config key existed lacks it. By convention a new key's first default reproduces
+# the behaviour from before it, so the key counts as unchanged; once its default changes, the key goes here with
+# the value that reproduces the old behaviour (what such a run trained with), so a resume or a study compares it.
+BEFORE_THE_KEY: dict[str, Any] = {"fine-tune-gamma": "validation", "min-local-steps": 0}
+
+
+def with_keys_added_since(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """``saved`` run config plus every key of ``current`` it lacks: the :data:`BEFORE_THE_KEY` value, else current's."""
+    return {**{key: BEFORE_THE_KEY.get(key, value) for key, value in current.items() if key not in saved}, **saved}
+
 
 def to_storable(value: Any) -> Any:
     """NumPy arrays and scalars (also inside dicts, lists and tuples) into tensors for ``torch.save``.
@@ -105,10 +115,11 @@ def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any]
     Raises
     ------
     ValueError
-        When a run-config key outside :data:`RESUMABLE_CHANGES` differs, the
-        sites differ, or the checkpoint already reached ``total_rounds``.
+        When a run-config key outside :data:`RESUMABLE_CHANGES` differs (a key
+        the checkpoint predates: :func:`with_keys_added_since`), the sites
+        differ, or the checkpoint already reached ``total_rounds``.
     """
-    saved = checkpoint["run-config"]
+    saved = with_keys_added_since(checkpoint["run-config"], run_config)
     allowed = set(RESUMABLE_CHANGES)
     if str(run_config.get("strategy")) in METHODS and METHODS[str(run_config.get("strategy"))].extra_selector:
         # num-server-rounds is where FedSM-extra switches from models to the selector: only extend the extra rounds.

@@ -11,6 +11,7 @@ import torch
 import fedsm_core.run_files.bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.run_files.checkpoint import (
+    BEFORE_THE_KEY,
     CHECKPOINT_FORMAT,
     RESUMABLE_CHANGES,
     check_resumable,
@@ -275,14 +276,19 @@ def test_a_change_in_any_other_key_is_refused(key):
     assert f"{key}: {saved[key]!r} -> {current[key]!r}" in str(raised.value)
 
 
-def test_a_key_missing_from_the_checkpoint_is_a_change():
-    # Prepare
+def test_a_key_the_checkpoint_predates_takes_the_value_from_before_it(monkeypatch):
+    # Prepare: a checkpoint saved before the key selector-weighting existed
     saved = _config()
     del saved["selector-weighting"]
+    checkpoint = {"round": 2, "run-config": saved, "sites": list(SITES)}
 
-    # Execute / Assert
-    with pytest.raises(ValueError, match="selector-weighting: None -> 'equal'"):
-        check_resumable({"round": 2, "run-config": saved, "sites": list(SITES)}, _config(), SITES, 30, "ck.pt")
+    # Execute / Assert: by convention the key's default is what runs did before it: resumable
+    check_resumable(checkpoint, _config(), SITES, 30, "ck.pt")
+    # once the default no longer reproduces the old behaviour, BEFORE_THE_KEY names it: a change, unless asked for
+    monkeypatch.setitem(BEFORE_THE_KEY, "selector-weighting", "size")
+    with pytest.raises(ValueError, match="selector-weighting: 'size' -> 'equal'"):
+        check_resumable(checkpoint, _config(), SITES, 30, "ck.pt")
+    check_resumable(checkpoint, _config(**{"selector-weighting": "size"}), SITES, 30, "ck.pt")
 
 
 @pytest.mark.parametrize("sites", [("site-a", "site-b"), ("site-a", "site-b", "site-d"),
