@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ import torch.nn as nn
 from fedsm_core.checks import check_choice
 from fedsm_core.models.amplitude import AmplitudeNormalization, AmplitudeNormalized
 from fedsm_core.models.input_standardization import INPUT_NORMS, InputStandardized
+from fedsm_core.models.module_copy import copy_module
 from fedsm_core.models.segmentation import build_segmentation_model
 from fedsm_core.models.selector import Selector
 from fedsm_core.models.weights import set_weights
@@ -89,9 +89,10 @@ class ModelSpec:
     def blank_segmentation(self) -> nn.Module:
         """A U-Net of this spec whose weights are placeholders for the caller to overwrite.
 
-        A copy of the spec's template: no random draws, about a third of a fresh build's time.
+        The spec's template copied without its values (:func:`copy_module`): no random draws and no
+        memory written, a small part of a fresh build's time.
         """
-        return copy.deepcopy(_template(self))
+        return copy_module(_template(self), values=False)
 
     def build_selector(self) -> Selector:
         """A freshly initialised selector with K outputs."""
@@ -99,7 +100,7 @@ class ModelSpec:
 
     def load_selector(self, weights: Mapping[str, np.ndarray], where: str = "selector") -> Selector:
         """A selector holding ``weights``: a copy of one template per spec, as :meth:`load_segmentation` does."""
-        model = copy.deepcopy(_template(self, "selector"))
+        model = copy_module(_template(self, "selector"), values=False)
         set_weights(model, weights, where)
         return model
 
