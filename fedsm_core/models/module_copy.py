@@ -21,7 +21,8 @@ import torch
 import torch.nn as nn
 
 # Values a copy may share with its original: nothing can change them in place.
-_ATOMS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device)
+_ATOMS = frozenset((bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device))
+_CONTAINERS = frozenset((dict, OrderedDict, set, list))
 
 
 def copy_module(module: nn.Module, values: bool = True) -> nn.Module:
@@ -89,10 +90,11 @@ def _copy_tensor(tensor: torch.Tensor | None, memo: dict[int, Any], value: bool)
 
 
 def _copy_value(value: Any, memo: dict[int, Any]) -> Any:
-    if isinstance(value, _ATOMS):
+    kind = type(value)
+    if kind in _ATOMS:
         return value
-    if isinstance(value, tuple) and all(isinstance(item, _ATOMS) for item in value):
+    if kind in _CONTAINERS and not value:
+        return kind()  # the empty hook dictionaries and buffer-name set, most of a module's attributes
+    if kind is tuple and all(type(item) in _ATOMS for item in value):
         return value
-    if type(value) in (dict, OrderedDict) and not value:
-        return type(value)()  # the empty hook dictionaries, most of a module's attributes
     return copy.deepcopy(value, memo)

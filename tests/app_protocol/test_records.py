@@ -1,4 +1,4 @@
-"""The array codec of the records: what ``decode_array`` gives back, and what it refuses."""
+"""The array codec of the records: what ``encode_array`` writes, what ``decode_array`` gives back and refuses."""
 
 from __future__ import annotations
 
@@ -27,6 +27,20 @@ def test_decoding_gives_what_flower_decodes(name: str) -> None:
     expected = array.numpy()
     assert decoded.dtype == expected.dtype and decoded.shape == expected.shape
     np.testing.assert_array_equal(decoded, expected)
+
+
+@pytest.mark.parametrize("name", [*ARRAYS, "fortran order", "strided view"])
+def test_encoding_gives_flowers_array_of_the_c_ordered_values_byte_for_byte(name: str) -> None:
+    value = {"fortran order": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+             "strided view": np.arange(20, dtype=np.float32).reshape(4, 5)[::2, 1:4]}.get(name, ARRAYS.get(name))
+    ours, flowers = records.encode_array(value), Array(np.require(value, requirements="C"))
+    assert ours.__dict__ == flowers.__dict__
+    np.testing.assert_array_equal(ours.numpy(), value)
+
+
+def test_an_object_array_is_left_to_flower_which_refuses_it() -> None:
+    with pytest.raises(ValueError, match="allow_pickle"):
+        records.encode_array(np.array([{"a": 1}], dtype=object))
 
 
 def test_the_decoded_array_is_a_writable_copy_of_the_message_data() -> None:
