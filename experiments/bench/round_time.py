@@ -10,8 +10,10 @@ and times :func:`experiments.in_process.train_round` for rounds 1..R: every
 site's local training (global, personalized and selector steps) and the
 server's aggregation, nothing else. Round 1 also pays one-off start-up costs,
 so the summary line reports the mean over rounds 2..R of all repeats. Rows
-``(label, repeat, round, seconds)`` are appended to ``--out``; compare two
-commits by running the same command at each with another ``--label``.
+``(label, repeat, round, seconds, cpu_seconds)`` are appended to ``--out``
+(wall seconds, and this process's CPU seconds, which another job sharing the
+machine disturbs less); compare two commits by running the same command at
+each, alternating, with another ``--label``.
 """
 
 from __future__ import annotations
@@ -26,31 +28,35 @@ from experiments import in_process
 from experiments.runner import append_rows, parse_overrides
 from fedsm_core.config import RunConfig
 
-COLUMNS = ("label", "repeat", "round", "seconds")
+COLUMNS = ("label", "repeat", "round", "seconds", "cpu_seconds")
 DEFAULTS = {"dataset": "synthetic-fundus", "image-size": 64, "device": "cpu", "torch-threads": 1}
 
 
-def time_rounds(settings: dict[str, object], rounds: int) -> list[float]:
-    """Seconds of each of ``rounds`` training rounds of a fresh in-process federation."""
+def time_rounds(settings: dict[str, object], rounds: int) -> list[tuple[float, float]]:
+    """Wall and CPU seconds of each of ``rounds`` training rounds of a fresh in-process federation."""
     config = RunConfig.from_mapping({**DEFAULTS, **settings, "num-server-rounds": rounds})
     federation = in_process.prepare(config)
     seconds = []
     for server_round in range(1, rounds + 1):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         in_process.train_round(federation, server_round)
-        seconds.append(time.perf_counter() - start)
+        seconds.append((time.perf_counter() - start, time.process_time() - cpu))
     return seconds
 
 
-def append_times(path: Path, rows: list[tuple[str, int, int, float]]) -> None:
-    """Append ``(label, repeat, round, seconds)`` rows to the CSV at ``path``, seconds to the millisecond."""
+def append_times(path: Path, rows: list[tuple[str, int, int, float, float]]) -> None:
+    """Append ``(label, repeat, round, seconds, cpu_seconds)`` rows to the CSV at ``path``, to the millisecond."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    append_rows(path, COLUMNS, [(label, repeat, number, f"{seconds:.3f}") for label, repeat, number, seconds in rows])
+    append_rows(path, COLUMNS, [(label, repeat, number, f"{seconds:.3f}", f"{cpu:.3f}")
+                                for label, repeat, number, seconds, cpu in rows])
 
 
-def steady_mean(rows: list[tuple[str, int, int, float]]) -> float:
-    """Mean seconds over rounds 2 and later (round 1 carries one-off start-up costs)."""
-    later = [seconds for _, _, server_round, seconds in rows if server_round > 1]
+def steady_mean(rows: list[tuple[str, int, int, float, float]], column: int = 3) -> float:
+    """Mean of ``column`` (3: wall seconds, 4: CPU seconds) over rounds 2 and later.
+
+    Round 1 carries one-off start-up costs.
+    """
+    later = [row[column] for row in rows if row[2] > 1]
     if not later:
         raise ValueError("--rounds must be at least 2: round 1 alone includes start-up costs")
     return statistics.fmean(later)
@@ -69,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for repeat in range(args.repeats):
         seconds = time_rounds(settings, args.rounds)
-        rows += [(args.label, repeat, index + 1, value) for index, value in enumerate(seconds)]
-        print(f"[round-time] {args.label} repeat {repeat}: " + " ".join(f"{s:.2f}" for s in seconds), flush=True)
+        rows += [(args.label, repeat, index + 1, wall, cpu) for index, (wall, cpu) in enumerate(seconds)]
+        print(f"[round-time] {args.label} repeat {repeat}: "
+              + " ".join(f"{wall:.2f} ({cpu:.2f} CPU)" for wall, cpu in seconds), flush=True)
     append_times(args.out, rows)
-    print(f"[round-time] {args.label}: {steady_mean(rows):.2f} s per round (rounds 2-{args.rounds}, "
-          f"{args.repeats} repeat(s))")
+    print(f"[round-time] {args.label}: {steady_mean(rows):.2f} s per round, {steady_mean(rows, 4):.2f} CPU s "
+          f"(rounds 2-{args.rounds}, {args.repeats} repeat(s))")
     return 0
 
 

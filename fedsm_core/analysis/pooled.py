@@ -23,6 +23,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.run_files.run_outputs import pool_site_metrics
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.optimizer_state import new_adam
 
 EpochCallback = Callable[[int, float], None]
 
@@ -71,11 +72,11 @@ def train_on_arrays(
     torch.manual_seed(settings.seed)
     model = spec.build_segmentation().to(device)
     batch_fn = segmentation_batch_fn(settings)  # one style generator over all passes, whatever the restarts
-    learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss, batch_fn)
+    learner = Learner("model", model, new_adam(model.parameters(), settings.lr), soft_dice_loss, batch_fn)
     generator = torch.Generator().manual_seed(settings.seed)
     for epoch in range(1, epochs + 1):
         if restart_every and epoch > 1 and (epoch - 1) % restart_every == 0:
-            learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss,
+            learner = Learner("model", model, new_adam(model.parameters(), settings.lr), soft_dice_loss,
                               batch_fn)
         if lr_factor is not None:
             for group in learner.optimizer.param_groups:

@@ -1,6 +1,8 @@
-"""Adam moments as named arrays, so they can be averaged with the weights they belong to."""
+"""Adam for the models a site trains, and its moments as named arrays to keep or average with the weights."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -11,6 +13,28 @@ import torch.nn as nn
 OPTIMIZER_STATES = ("reset", "local", "averaged")
 
 MOMENT_KEYS = ("exp_avg", "exp_avg_sq")
+
+# Devices whose parameters torch's fused Adam kernel steps (torch >= 2.4 has it for both).
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def new_adam(parameters: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """A fresh Adam (Kingma & Ba) for one model, with torch's fused kernel where the parameters allow it.
+
+    ``m_t = b1 m_{t-1} + (1 - b1) g_t``, ``v_t = b2 v_{t-1} + (1 - b2) g_t^2``,
+    ``w_t = w_{t-1} - lr (m_t / (1 - b1^t)) / (sqrt(v_t / (1 - b2^t)) + eps)``, with torch's
+    defaults ``b1, b2 = 0.9, 0.999`` and ``eps = 1e-8``.
+
+    The fused kernel runs this update in one pass over every parameter, where torch's default on the
+    CPU loops over the parameters with about a dozen tensor operations each: on the U-Net (4.1 M
+    parameters, 188 tensors, one CPU thread) a step takes about 11 ms against 46 ms, about a tenth of a
+    training step at 64 px (``experiments/results/bench-fused-adam/``). The update rule is the same; the
+    weights differ from the loop's by floating-point order only (``tests/training/test_optimizer_state.py``).
+    Parameters on other devices, or not floating point, get torch's default implementation.
+    """
+    parameters = list(parameters)
+    fused = all(p.device.type in FUSED_DEVICES and p.dtype.is_floating_point for p in parameters)
+    return torch.optim.Adam(parameters, lr=lr, fused=True if fused else None)
 
 
 def adam_state_to_arrays(model: nn.Module, optimizer: torch.optim.Adam) -> dict[str, np.ndarray]:
@@ -61,12 +85,22 @@ def load_adam_state(model: nn.Module, optimizer: torch.optim.Adam, arrays: dict[
         if step <= 0:
             optimizer.state.pop(parameter, None)
             continue
-        like = {"device": parameter.device, "dtype": parameter.dtype}
+        # torch keeps the step count on the parameter's device for its fused kernel, on the CPU otherwise
+        on = parameter.device if optimizer.defaults.get("fused") else None
         optimizer.state[parameter] = {
-            "step": torch.tensor(step, dtype=torch.float32),
-            "exp_avg": torch.from_numpy(np.array(arrays[keys[0]])).to(**like),
-            "exp_avg_sq": torch.from_numpy(np.array(arrays[keys[1]])).to(**like),
+            "step": torch.tensor(step, dtype=torch.float32, device=on),
+            "exp_avg": _moment_like(parameter, arrays[keys[0]]),
+            "exp_avg_sq": _moment_like(parameter, arrays[keys[1]]),
         }
+
+
+def _moment_like(parameter: torch.Tensor, values: np.ndarray) -> torch.Tensor:
+    """``values`` on the parameter's device, in its dtype and memory layout.
+
+    The fused kernel walks a parameter, its gradient and its moments element by element in memory: a
+    moment laid out otherwise than its channels-last parameter would be paired with the wrong weights.
+    """
+    return torch.empty_like(parameter, memory_format=torch.preserve_format).copy_(torch.from_numpy(np.asarray(values)))
 
 
 def _numpy_dtype(parameter: torch.Tensor) -> np.dtype:

@@ -16,6 +16,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.optimizer_state import new_adam
 
 SPEC = ModelSpec("mobilenet_v2", num_structures=1, num_sites=2, selector_width=4)
 SETTINGS = RoundSettings(batch_size=2, local_epochs=1, max_local_steps=0, lr=1e-2, selector_lr=1e-3, seed=0)
@@ -34,7 +35,7 @@ def _by_hand(data: SegArrays, passes: int) -> dict[str, np.ndarray]:
     batch_fn = segmentation_batch_fn(SETTINGS)
     generator = torch.Generator().manual_seed(SETTINGS.seed)
     for _ in range(passes):
-        learner = Learner("model", model, torch.optim.Adam(model.parameters(), lr=SETTINGS.lr), soft_dice_loss,
+        learner = Learner("model", model, new_adam(model.parameters(), SETTINGS.lr), soft_dice_loss,
                           batch_fn)
         train_local([learner], lambda: iterate_batches(data, SETTINGS.batch_size, shuffle=True,
                                                        augment=SETTINGS.augmentation, generator=generator), 1)

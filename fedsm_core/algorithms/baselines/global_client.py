@@ -20,7 +20,7 @@ from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, get_weights
 from fedsm_core.training.local_update import Learner, TrainingHook, train_on_split
-from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
+from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state, new_adam
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,7 @@ def train_global_client(
             raise ValueError("SCAFFOLD needs the client's control variate as well as the server's")
         scaffold = ScaffoldCorrection(options.server_control, options.client_control)
         hooks.append(scaffold)
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    optimizer = new_adam(model.parameters(), settings.lr)
     if options.optimizer_state is not None:
         load_adam_state(model, optimizer, options.optimizer_state)
     learner = Learner("global", model, optimizer, soft_dice_loss, segmentation_batch_fn(settings), hooks)

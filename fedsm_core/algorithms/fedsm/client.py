@@ -22,6 +22,7 @@ from fedsm_core.training.optimizer_state import (
     learners_state_to_arrays,
     load_adam_state,
     load_learners_state,
+    new_adam,
 )
 from fedsm_core.training.weight_perturbation import WeightPerturbation
 
@@ -86,13 +87,13 @@ def train_fedsm_client(
     personal = personalization(settings.personalization.method).start(PersonalStart(
         global_model, payload.global_weights, payload.personal_weights, client_state or {},
         build=lambda: spec.blank_segmentation().to(device),  # model_from overwrites every weight
-        optimizer=lambda parameters: torch.optim.Adam(parameters, lr=settings.lr),
+        optimizer=lambda parameters: new_adam(parameters, settings.lr),
         loss_fn=soft_dice_loss, settings=settings.personalization,
     ))
     selector = spec.load_selector(payload.selector_weights).to(device)
     selector_step = selector_learner(selector, payload.selector_optimizer, site_index, spec.num_sites, settings)
     learners = [
-        Learner("global", global_model, torch.optim.Adam(global_model.parameters(), lr=settings.lr), soft_dice_loss,
+        Learner("global", global_model, new_adam(global_model.parameters(), settings.lr), soft_dice_loss,
                 segmentation_batch_fn(settings), segmentation_hooks(settings)),
         personal.learner,
     ]
@@ -128,7 +129,7 @@ def selector_learner(selector: nn.Module, moments: Weights, site_index: int, num
 
     Adam from the server's averaged ``moments``, cross-entropy on :func:`site_batch`.
     """
-    optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    optimizer = new_adam(selector.parameters(), settings.selector_lr)
     load_adam_state(selector, optimizer, moments)
     style_generator = torch.Generator().manual_seed(settings.seed + 1)
     return Learner("selector", selector, optimizer, F.cross_entropy,

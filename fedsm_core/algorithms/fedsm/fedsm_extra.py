@@ -25,7 +25,7 @@ from fedsm_core.losses import soft_dice_loss_per_image
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, get_weights, set_weights
 from fedsm_core.training.local_update import Learner, train_on_split
-from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state
+from fedsm_core.training.optimizer_state import adam_state_to_arrays, load_adam_state, new_adam
 
 
 @torch.no_grad()
@@ -92,7 +92,7 @@ def train_extra_selector_client(
     selector = extra_spec(spec).build_selector()
     set_weights(selector, selector_weights, "FedSM-extra selector")
     selector.to(device)
-    optimizer = torch.optim.Adam(selector.parameters(), lr=settings.selector_lr)
+    optimizer = new_adam(selector.parameters(), settings.selector_lr)
     load_adam_state(selector, optimizer, selector_optimizer)
     learner = Learner("selector", selector, optimizer, F.cross_entropy, extra_selector_batch(candidates))
     metrics = train_on_split([learner], data, settings.batch_size, settings.local_epochs,

@@ -37,6 +37,7 @@ from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import Weights, get_weights
 from fedsm_core.training.batches import iterate_batches
 from fedsm_core.training.local_update import Learner, train_local
+from fedsm_core.training.optimizer_state import new_adam
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +118,7 @@ def fine_tune_on_splits(
         raise ValueError("fine-tuning chooses its pass on the site's validation split, which is empty")
     torch.manual_seed(settings.seed)
     model = spec.load_segmentation(global_weights, "global model").to(device)
-    learner = Learner("personal", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss,
+    learner = Learner("personal", model, new_adam(model.parameters(), settings.lr), soft_dice_loss,
                       segmentation_batch_fn(settings))
     generator = torch.Generator().manual_seed(settings.seed)
     curves = [[_validation_dice(model, split, settings, device)] for split in choosers]

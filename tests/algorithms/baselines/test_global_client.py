@@ -13,6 +13,7 @@ from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.local_update import Learner, train_on_split
+from fedsm_core.training.optimizer_state import new_adam
 
 SPEC = ModelSpec("mobilenet_v2", num_structures=1, num_sites=2, selector_width=4)
 
@@ -58,7 +59,7 @@ def test_two_rounds_with_kept_state_equal_one_adam_over_both_rounds():
     start = get_weights(SPEC.build_segmentation())
     model = SPEC.build_segmentation()
     set_weights(model, start, "start")
-    learner = Learner("global", model, torch.optim.Adam(model.parameters(), lr=1e-3), soft_dice_loss)
+    learner = Learner("global", model, new_adam(model.parameters(), 1e-3), soft_dice_loss)
 
     # Execute: two rounds through the client, and one optimizer that is never re-created over the same batches
     first, _ = _round(start, 1, {})

@@ -15,6 +15,7 @@ from fedsm_core.losses import soft_dice_loss
 from fedsm_core.models.spec import ModelSpec
 from fedsm_core.models.weights import get_weights, set_weights
 from fedsm_core.training.local_update import Learner, train_on_split
+from fedsm_core.training.optimizer_state import new_adam
 
 SPEC = ModelSpec("mobilenet_v2", 2, 3, selector_width=4)
 
@@ -29,7 +30,7 @@ def _reference(start_weights, data: SegArrays, settings: RoundSettings):
     """Plain Adam on the soft Dice loss from ``start_weights``, on the round's batches."""
     model = SPEC.build_segmentation()
     set_weights(model, start_weights)
-    learner = Learner("reference", model, torch.optim.Adam(model.parameters(), lr=settings.lr), soft_dice_loss)
+    learner = Learner("reference", model, new_adam(model.parameters(), settings.lr), soft_dice_loss)
     train_on_split([learner], data, settings.batch_size, settings.local_epochs, settings.max_local_steps,
                    settings.seed, "cpu", settings.augmentation)
     return get_weights(model)
