@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import fcntl
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Mapping
@@ -62,6 +63,20 @@ def locked(path: Path, wait: bool = True):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def describe_machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The machine a sitting runs on, for its log: host name, CPU model and logical CPUs.
+
+    The same code and seeds can give other numbers on another CPU (its kernels sum in another
+    order), so each sitting says where it ran.
+    """
+    model = platform.processor() or "CPU model unknown"
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"{platform.node()} ({model}, {os.cpu_count()} CPUs)"
+
+
 def log_sitting(out: Path, study: str, table: str, argv: list[str], done: int, total: int) -> None:
     """Append this sitting and its command to ``out/commands.md`` (the commands and versions on the first write).
 
@@ -83,8 +98,8 @@ def log_sitting(out: Path, study: str, table: str, argv: list[str], done: int, t
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with path.open("a") as handle:
-        handle.write(f"- {stamp}, commit {commit}: {done} of {total} cells finished at the start; "
-                     f"`{' '.join(argv)}`\n")
+        handle.write(f"- {stamp}, commit {commit}, {describe_machine()}: {done} of {total} cells finished at "
+                     f"the start; `{' '.join(argv)}`\n")
 
 
 def comparable_config(settings: Mapping[str, object]) -> dict[str, object]:

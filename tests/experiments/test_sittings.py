@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 
 import pytest
 
 from experiments.ladder import run_ladder as ladder
 from experiments.ladder.loops import CellResult
-from experiments.sittings import CELL_CONFIGS, check_cell_configs, comparable_config, read_cell_configs
+from experiments.sittings import (
+    CELL_CONFIGS,
+    check_cell_configs,
+    comparable_config,
+    describe_machine,
+    read_cell_configs,
+)
 from fedsm_core.config import RunConfig
 
 TINY = "image-size=32 data-scale=0.1 max-local-steps=2 selector-width=4 batch-size=4 eval-every=1"
@@ -63,3 +71,12 @@ def test_the_ladder_records_each_finished_cell_and_refuses_to_extend_it_after_a_
         ladder.main([*args, "--seeds", "1"])
     assert len(given) == 2
     assert RunConfig().softpull_lambda == 0.99  # the value the edit stands in for
+
+
+def test_the_machine_is_named_with_its_cpu_model_and_count(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\n"
+                       "processor\t: 1\nmodel name\t: Example CPU 9000\n")
+    described = describe_machine(cpuinfo)
+    assert described == f"{platform.node()} (Example CPU 9000, {os.cpu_count()} CPUs)"
+    assert "Example" not in describe_machine(tmp_path / "missing")  # another system: platform's own name
