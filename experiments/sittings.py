@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -77,6 +78,18 @@ def describe_machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{platform.node()} ({model}, {os.cpu_count()} CPUs)"
 
 
+def fingerprint_packages() -> str:
+    """A short hash of every installed package's name and version, for a log of sittings.
+
+    Two sittings with the same fingerprint ran on the same package versions; a changed one says the
+    environment changed between them (a rebuilt virtual environment can resolve newer versions of the
+    packages that generate the data or run the model), without listing a few hundred versions per line.
+    """
+    names = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
+                    if d.metadata["Name"]})
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:10]
+
+
 def log_sitting(out: Path, study: str, table: str, argv: list[str], done: int, total: int) -> None:
     """Append this sitting and its command to ``out/commands.md`` (the commands and versions on the first write).
 
@@ -98,8 +111,8 @@ def log_sitting(out: Path, study: str, table: str, argv: list[str], done: int, t
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with path.open("a") as handle:
-        handle.write(f"- {stamp}, commit {commit}, {describe_machine()}: {done} of {total} cells finished at "
-                     f"the start; `{' '.join(argv)}`\n")
+        handle.write(f"- {stamp}, commit {commit}, {describe_machine()}, packages {fingerprint_packages()}: "
+                     f"{done} of {total} cells finished at the start; `{' '.join(argv)}`\n")
 
 
 def comparable_config(settings: Mapping[str, object]) -> dict[str, object]:

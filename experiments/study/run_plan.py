@@ -52,7 +52,7 @@ from pathlib import Path
 
 from experiments.progress import over_runs
 from experiments.runner import ROOT, launch_run, run_pooled
-from experiments.sittings import describe_machine
+from experiments.sittings import describe_machine, fingerprint_packages
 from experiments.study.plan import StudyPlan, load_plan
 from experiments.study.run_configs import (
     Records,
@@ -85,7 +85,9 @@ from fedsm_core.analysis.image_dice import read_rows as read_image_rows
 from fedsm_core.config import RunConfig
 from fedsm_core.device import select_device, set_cpu_threads
 
-PACKAGES = ("torch", "flwr", "numpy", "segmentation-models-pytorch", "ray", "matplotlib", "tqdm")
+# What trains the model, reads and resizes the data (pillow, nibabel) and scores it (scipy: HD95)
+PACKAGES = ("torch", "torchvision", "timm", "segmentation-models-pytorch", "flwr", "numpy", "scipy", "pillow",
+            "nibabel", "ray", "matplotlib", "tqdm")
 Job = tuple[RunKey, dict[str, object], RunKey | None]
 
 
@@ -266,7 +268,7 @@ def write_commands(out: Path, plan_path: Path, done: int, total: int, datasets: 
     log = path.read_text().split("## Sittings\n", 1)[1].strip().splitlines() if path.is_file() and \
         "## Sittings\n" in path.read_text() else []
     log.append(f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.stdout.strip() or '?'}, "
-               f"{describe_machine()}: {done} of {total} runs finished at the start"
+               f"{describe_machine()}, packages {fingerprint_packages()}: {done} of {total} runs finished at the start"
                + (f"; ran only {', '.join(datasets)}" if datasets else ""))
     lines = ["# Commands", "", "Run, or continue after an interruption (finished runs are skipped):", "",
              f"    python -m experiments.study.run_plan --plan {plan_path} --out {out}", "",

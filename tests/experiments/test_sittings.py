@@ -15,6 +15,7 @@ from experiments.sittings import (
     check_cell_configs,
     comparable_config,
     describe_machine,
+    fingerprint_packages,
     read_cell_configs,
 )
 from fedsm_core.config import RunConfig
@@ -80,3 +81,24 @@ def test_the_machine_is_named_with_its_cpu_model_and_count(tmp_path):
     described = describe_machine(cpuinfo)
     assert described == f"{platform.node()} (Example CPU 9000, {os.cpu_count()} CPUs)"
     assert "Example" not in describe_machine(tmp_path / "missing")  # another system: platform's own name
+
+
+def test_the_package_fingerprint_is_stable_and_changes_with_a_version(monkeypatch):
+    # Prepare: a stand-in for the installed distributions
+    class Distribution:
+        def __init__(self, name, version):
+            self.metadata, self.version = {"Name": name}, version
+
+    installed = [Distribution("torch", "2.14.1"), Distribution("Pillow", "13.0.0")]
+    monkeypatch.setattr("experiments.sittings.metadata.distributions", lambda: list(installed))
+
+    # Execute
+    first = fingerprint_packages()
+    installed.reverse()
+    reordered = fingerprint_packages()
+    installed[0] = Distribution("Pillow", "12.2.0")
+    changed = fingerprint_packages()
+
+    # Assert: ten hex digits, independent of order, different after one package's version changed
+    assert len(first) == 10 and int(first, 16) >= 0
+    assert reordered == first and changed != first
