@@ -47,17 +47,16 @@ from client_app.site_state import SiteFiles, load_site_state, save_site_state
 from fedsm_core.algorithms.baselines.global_client import GlobalClientOptions, train_global_client
 from fedsm_core.algorithms.fedsm.fedsm_extra import extra_spec, train_extra_selector_client
 from fedsm_core.algorithms.fedsm.needed_models import needed_models
-from fedsm_core.algorithms.fedsm.routed_knn_per import evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.selector_head import selector_statistics
 from fedsm_core.algorithms.fedsm.site_round import fedsm_site_round
 from fedsm_core.algorithms.fedsm.super_model import SuperModel, assemble_super_model
-from fedsm_core.algorithms.knn_per.knn_per import evaluate_knn_per
 from fedsm_core.algorithms.round_settings import RoundSettings
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
 from fedsm_core.data.registry import DatasetInfo, training_dataset
 from fedsm_core.data.statistics import channel_statistics
 from fedsm_core.device import configure_backends, describe_device, select_device, set_cpu_threads
+from fedsm_core.evaluation.knn_per_evaluation import evaluate_knn_per_at_site
 from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluate_super_model
 from fedsm_core.methods import METHODS, Method
 from fedsm_core.models.spec import ModelSpec
@@ -335,8 +334,5 @@ def knn_metrics(config: RunConfig, global_model: torch.nn.Module, site: SiteSpli
     With FedSM's ``super_model``, also kNN-Per on each image's routed model
     (``dice-super-knn``, :mod:`fedsm_core.algorithms.fedsm.routed_knn_per`).
     """
-    settings = config.knn_settings
-    scores = evaluate_knn_per(global_model, site.train, site.val, site.test, settings, device)
-    if super_model is not None:
-        scores |= evaluate_routed_knn_per(super_model, site.train, site.val, site.test, settings, device)
-    return scores
+    return evaluate_knn_per_at_site(global_model, site.train, site.val, site.test, config.knn_settings, device,
+                                    super_model)

@@ -25,7 +25,7 @@ ROUTING_TABLE_ID = "routing-matrix"
 TEST_COLUMNS = ("dice-global", "dice-personal", "dice-super", "dice-knn-per", "dice-super-knn", "selector-accuracy",
                 "share-global", "gamma", "knn-lambda", "knn-lambda-super")
 CASE_COLUMNS = (NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, CASE_HD95_MM, NUM_MISSED)
-                             for model in ("global", "personal", "super")))
+                             for model in ("global", "personal", "super", "knn-per", "super-knn")))
 KEY_SETTINGS = ("strategy", "dataset", "num-server-rounds", "image-size", "data-scale", "seed", "softpull-lambda",
                 "gamma-selection", "selector-head", "personalization", "lr", "local-epochs", "max-local-steps",
                 "aggregation", "attack", "attack-scale")

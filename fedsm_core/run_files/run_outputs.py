@@ -21,9 +21,8 @@ POOLED = "pooled"
 SUMMARY_METRICS = ("dice-global", "dice-personal", "dice-super", "dice-knn-per", "dice-super-knn", "selector-accuracy",
                    "share-global",
                    "num-empty", "empty-fp-global", "empty-fp-personal", "empty-fp-super",
-                   NUM_CASES, CASE_DICE + "global", CASE_DICE + "personal", CASE_DICE + "super",
-                   CASE_HD95 + "global", CASE_HD95 + "personal", CASE_HD95 + "super",
-                   CASE_HD95_MM + "global", CASE_HD95_MM + "personal", CASE_HD95_MM + "super")
+                   NUM_CASES, *(prefix + model for prefix in (CASE_DICE, CASE_HD95, CASE_HD95_MM)
+                                for model in ("global", "personal", "super", "knn-per", "super-knn")))
 COUNT_PREFIX = "num-"  # counts add up over sites
 DICE_PREFIX = "dice-"  # means over images with foreground (fedsm_core.metrics)
 EMPTY_FP_PREFIX = "empty-fp-"  # means over images without foreground

@@ -47,20 +47,21 @@ def test_a_run_on_cases_reports_case_scores_and_labels_them(tmp_path, in_process
     spec.write_text("\n".join(f'[[sites]]\nname = "{n}"\nsource = "prostate-slices"\npath = "data/{n}"\n'
                               for n in ("north", "south")))
 
-    # Execute
-    folder, rows, _ = in_process_app(f"{TINY} dataset='{spec}' batch-size=2 route-by='case'", num_nodes=2)
+    # Execute: with kNN-Per at the test evaluation, on the global model and on the routed models
+    folder, rows, _ = in_process_app(f"{TINY} dataset='{spec}' batch-size=2 route-by='case' knn-per=true "
+                                     "knn-pixels-per-image=16", num_nodes=2)
 
     # Assert: two test cases a site, scored by every model; validation without the super model's case scores
     test = {(r["site"], r["metric"]): float(r["value"]) for r in rows if r["split"] == "test"}
     assert test[("north", "num-cases")] == 2.0 and test[("pooled", "num-cases")] == 4.0
-    for model in ("global", "personal", "super"):
+    for model in ("global", "personal", "super", "knn-per", "super-knn"):
         assert 0.0 <= test[("pooled", f"case-dice-{model}")] <= 1.0
         assert ("pooled", f"num-missed-cases-{model}") in test
     assert not any(metric.startswith("case-hd95-mm-") for _, metric in test)  # PNG slices carry no spacing
     validation = {r["metric"] for r in rows if r["split"] == "val"}
     assert "case-dice-global" in validation and "case-dice-super" not in validation
     summary = (folder / "summary.md").read_text()
-    assert "case-dice-super" in summary and "slice Dice (paper)" in summary and "per-case 3-D Dice" in summary
+    assert "case-dice-super" in summary and "case-dice-knn-per" in summary and "slice Dice (paper)" in summary and "per-case 3-D Dice" in summary
     assert "Per-case 3-D Dice" in (folder / "report.html").read_text()
 
 

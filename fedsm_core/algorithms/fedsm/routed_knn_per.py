@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
-from fedsm_core.algorithms.knn_per.knn_per import KNNPer, score_knn_per
+from fedsm_core.algorithms.knn_per.knn_per import KNNPer, MaskSink, score_knn_per
 from fedsm_core.algorithms.knn_per.settings import KNNPerSettings
 from fedsm_core.data.arrays import SegArrays
 
@@ -95,7 +95,8 @@ ROUTED_SUFFIX = "-super"
 
 
 def evaluate_routed_knn_per(super_model: SuperModel, train: SegArrays, val: SegArrays, test: SegArrays,
-                            settings: KNNPerSettings, device: torch.device | str) -> dict[str, float]:
+                            settings: KNNPerSettings, device: torch.device | str,
+                            on_masks: MaskSink | None = None) -> dict[str, float]:
     """A site's kNN-Per on the routed models after FedSM's training, with its cost.
 
     Returns ``dice-super-knn`` (and ``empty-fp-super-knn``, ``num-empty``) and
@@ -106,4 +107,5 @@ def evaluate_routed_knn_per(super_model: SuperModel, train: SegArrays, val: SegA
     its build time falls in the ``lam`` choice (or the test) rather than in
     ``knn-build-seconds-super``.
     """
-    return score_knn_per(RoutedKNNPer(super_model, settings, device), train, val, test, ROUTED_DICE, ROUTED_SUFFIX)
+    return score_knn_per(RoutedKNNPer(super_model, settings, device), train, val, test, ROUTED_DICE, ROUTED_SUFFIX,
+                         on_masks)

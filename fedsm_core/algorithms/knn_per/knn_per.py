@@ -14,7 +14,7 @@ on the client's validation split. The datastore never leaves the client.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from fedsm_core.metrics import ImageScores, dice_per_structure, empty_fp_key, ha
 from fedsm_core.training.batches import iterate_batches
 
 HEAD_NAME = "segmentation_head"
+MaskSink = Callable[[torch.Tensor], None]  # takes a batch of predicted binary masks
 
 
 def find_segmentation_head(model: nn.Module) -> nn.Module:
@@ -208,8 +209,15 @@ class KNNPer:
         """Pixels in the datastore (what the site holds for kNN-Per)."""
         return len(self.datastore)
 
-    def evaluate(self, test_data: SegArrays, name: str = "dice-knn-per") -> dict[str, float]:
+    def evaluate(self, test_data: SegArrays, name: str = "dice-knn-per",
+                 on_masks: MaskSink | None = None) -> dict[str, float]:
         """Mean per-image Dice of kNN-Per at :attr:`lam` and of the global model alone.
+
+        Parameters
+        ----------
+        on_masks : callable, optional
+            Receives kNN-Per's binary masks ``[B, S, H, W]`` batch by batch in
+            ``test_data``'s order (the evaluation layer stacks them into cases).
 
         Returns
         -------
@@ -225,8 +233,10 @@ class KNNPer:
             dice = dice_per_lambda(p_knn, p_model, masks, (self.lam, 0.0))
             foreground = has_foreground(masks)
             for scores, column, lam in ((personal, 0, self.lam), (plain, 1, 0.0)):
-                predicted = (mix_probabilities(p_knn, p_model, lam) > 0.5).flatten(1).any(dim=1)
-                scores.add_scores(dice[:, column], predicted, foreground)
+                predicted = mix_probabilities(p_knn, p_model, lam) > 0.5
+                scores.add_scores(dice[:, column], predicted.flatten(1).any(dim=1), foreground)
+                if on_masks is not None and column == 0:
+                    on_masks(predicted)
         return {
             **plain.result("dice-global"),
             **personal.result(name),
@@ -236,18 +246,19 @@ class KNNPer:
 
 
 def evaluate_knn_per(model: nn.Module, train: SegArrays, val: SegArrays, test: SegArrays,
-                     settings: KNNPerSettings, device: torch.device | str) -> dict[str, float]:
+                     settings: KNNPerSettings, device: torch.device | str,
+                     on_masks: MaskSink | None = None) -> dict[str, float]:
     """A client's whole kNN-Per step on ``model`` after federated training, with its cost.
 
     See :func:`score_knn_per`; the keys are ``dice-knn-per``, ``empty-fp-knn-per``,
     ``num-empty``, ``knn-lambda``, ``knn-datastore-size``, ``knn-build-seconds``
     and ``knn-seconds-per-image``.
     """
-    return score_knn_per(KNNPer(model, settings, device), train, val, test)
+    return score_knn_per(KNNPer(model, settings, device), train, val, test, on_masks=on_masks)
 
 
 def score_knn_per(knn: KNNPer, train: SegArrays, val: SegArrays, test: SegArrays,
-                  name: str = "dice-knn-per", suffix: str = "") -> dict[str, float]:
+                  name: str = "dice-knn-per", suffix: str = "", on_masks: MaskSink | None = None) -> dict[str, float]:
     """Build the datastore from ``train``, choose ``lam`` on ``val``, score ``test``.
 
     Parameters
@@ -258,6 +269,8 @@ def score_knn_per(knn: KNNPer, train: SegArrays, val: SegArrays, test: SegArrays
         The Dice key (its false-positive rate is ``empty-fp-`` + the rest).
     suffix : str
         Appended to the ``knn-*`` keys, so that two predictors' numbers share a reply.
+    on_masks : callable, optional
+        Receives the test masks, as in :meth:`KNNPer.evaluate`.
 
     Returns
     -------
@@ -271,7 +284,7 @@ def score_knn_per(knn: KNNPer, train: SegArrays, val: SegArrays, test: SegArrays
     built = time.perf_counter()
     knn.choose_lambda(val)
     chosen = time.perf_counter()
-    scores = knn.evaluate(test, name)
+    scores = knn.evaluate(test, name, on_masks)
     tested = time.perf_counter()
     empty_fp = empty_fp_key(name)
     return {
