@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
+from support.tiny_super_model import BrightnessSelector, PixelHead
 
 from fedsm_core.algorithms.fedsm.super_model import SuperModel
 from fedsm_core.algorithms.knn_per.knn_per import KNNPer, mix_probabilities
@@ -20,27 +20,6 @@ from fedsm_core.evaluation.super_model_evaluation import evaluate_model, evaluat
 
 SETTINGS = KNNPerSettings(k=3, capacity=2_000, pixels_per_image=8, backend="torch")
 CASE_KEYS = ("case-dice-", "case-hd95-", "case-hd95-mm-", "num-missed-cases-")
-
-
-class _Tiny(nn.Module):
-    """Pixel-wise features then a 1x1 head named as kNN-Per looks for it, float64 so comparisons are exact."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        torch.manual_seed(seed)
-        self.body = nn.Conv2d(3, 4, 1).double()
-        self.segmentation_head = nn.Conv2d(4, 1, 1).double()
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.segmentation_head(torch.tanh(self.body(images)))
-
-
-class _BrightnessSelector(nn.Module):
-    """Two sites told apart by the mean of channel 0: dark images -> site 0, bright -> site 1."""
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        brightness = images[:, 0].mean(dim=(1, 2)) - 0.5
-        return torch.stack([-20.0 * brightness, 20.0 * brightness], dim=1)
 
 
 def _cases(count: int, seed: int, spacing: bool = True) -> SegArrays:
@@ -63,7 +42,7 @@ def _case_scores(metrics: dict[str, float], model: str) -> dict[str, float]:
 
 def test_at_lambda_zero_knn_per_scores_each_case_as_the_global_model_does():
     # Prepare: lam may only be 0, so kNN-Per's masks are the global model's
-    model = _Tiny(0)
+    model = PixelHead(0)
     train, val, test = _cases(8, seed=0), _cases(6, seed=1), _cases(10, seed=2)
     settings = dataclasses.replace(SETTINGS, lambda_grid=(0.0,))
 
@@ -79,7 +58,7 @@ def test_at_lambda_zero_knn_per_scores_each_case_as_the_global_model_does():
 
 def test_where_knn_per_mixes_its_case_scores_are_those_of_its_own_masks():
     # Prepare: lam may only be 1, so the prediction is the neighbours' vote, not the model's
-    model = _Tiny(0)
+    model = PixelHead(0)
     train, val, test = _cases(8, seed=0), _cases(6, seed=1), _cases(10, seed=2)
     settings = dataclasses.replace(SETTINGS, lambda_grid=(1.0,))
     knn = KNNPer(model, settings, "cpu").build(train)
@@ -96,7 +75,7 @@ def test_where_knn_per_mixes_its_case_scores_are_those_of_its_own_masks():
 
 def test_fedsm_at_lambda_zero_scores_each_case_as_its_super_model_does():
     # Prepare
-    model = SuperModel(_Tiny(0), [_Tiny(1), _Tiny(2)], _BrightnessSelector(), 0.9)
+    model = SuperModel(PixelHead(0), [PixelHead(1), PixelHead(2)], BrightnessSelector(), 0.9)
     train, val, test = _cases(8, seed=0), _cases(6, seed=1), _cases(10, seed=2)
     settings = dataclasses.replace(SETTINGS, lambda_grid=(0.0,))
 
@@ -112,7 +91,7 @@ def test_fedsm_at_lambda_zero_scores_each_case_as_its_super_model_does():
 
 def test_images_without_cases_get_no_case_scores():
     # Prepare: fundus-like ids name no case
-    model = _Tiny(0)
+    model = PixelHead(0)
     plain = [dataclasses.replace(_cases(n, seed=s), ids=tuple(f"s/{i:04d}" for i in range(n)), spacings={})
              for n, s in ((8, 0), (6, 1), (10, 2))]
 

@@ -31,6 +31,27 @@ class Threshold(nn.Module):
         return (images[:, 1:2] - self.level) * 50
 
 
+class PixelHead(nn.Module):
+    """Pixel-wise features then a 1x1 head named as kNN-Per looks for it, float64 so comparisons are exact."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Conv2d(3, 4, 1).double()
+        self.segmentation_head = nn.Conv2d(4, 1, 1).double()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.segmentation_head(torch.tanh(self.body(images)))
+
+
+class BrightnessSelector(nn.Module):
+    """Two sites told apart by the mean of channel 0: dark images -> site 0, bright -> site 1."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        brightness = images[:, 0].mean(dim=(1, 2)) - 0.5
+        return torch.stack([-20.0 * brightness, 20.0 * brightness], dim=1)
+
+
 def tiny_site(seed: int, n: int = 12) -> SegArrays:
     """``n`` random 8x8 images of a site whose truth is channel 1 above 0.5."""
     rng = np.random.default_rng(seed)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
+from support.tiny_super_model import BrightnessSelector, PixelHead
 
 from fedsm_core.algorithms.fedsm.routed_knn_per import RoutedKNNPer, evaluate_routed_knn_per
 from fedsm_core.algorithms.fedsm.super_model import GLOBAL_ROUTE, SuperModel
@@ -17,27 +17,6 @@ from fedsm_core.data.arrays import SegArrays
 from fedsm_core.evaluation.super_model_evaluation import evaluate_super_model
 
 SETTINGS = KNNPerSettings(k=3, capacity=2_000, pixels_per_image=8, backend="torch")
-
-
-class _Tiny(nn.Module):
-    """Pixel-wise features then a 1x1 head named like smp's, float64 so comparisons are exact."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        torch.manual_seed(seed)
-        self.body = nn.Conv2d(3, 4, 1).double()
-        self.segmentation_head = nn.Conv2d(4, 1, 1).double()
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.segmentation_head(torch.tanh(self.body(images)))
-
-
-class _BrightnessSelector(nn.Module):
-    """Two sites told apart by the mean of channel 0: dark images -> site 0, bright -> site 1."""
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        brightness = images[:, 0].mean(dim=(1, 2)) - 0.5
-        return torch.stack([-20.0 * brightness, 20.0 * brightness], dim=1)
 
 
 def _split(count: int, seed: int) -> SegArrays:
@@ -50,7 +29,7 @@ def _split(count: int, seed: int) -> SegArrays:
 
 
 def _super_model(gamma: float) -> SuperModel:
-    return SuperModel(_Tiny(0), [_Tiny(1), _Tiny(2)], _BrightnessSelector(), gamma)
+    return SuperModel(PixelHead(0), [PixelHead(1), PixelHead(2)], BrightnessSelector(), gamma)
 
 
 def test_lambda_zero_mixes_to_the_super_model_itself():
