@@ -97,6 +97,37 @@ def launch_run(settings: dict[str, object], runs: Path, label: str, env: dict[st
     return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
 
 
+def launch_in_process(settings: dict[str, object], runs: Path, label: str, env: dict[str, str] | None = None) -> Path:
+    """The same run as :func:`launch_run`, in this process (:func:`experiments.in_process_app.run_app`).
+
+    The real ServerApp main loop and ClientApp handlers without the SuperLink,
+    Ray and their worker processes: the sites train one after the other on
+    this process's ``torch-threads``, so a run takes about one core, and two
+    sittings on a 2-core machine train two runs at once where one ``flwr run``
+    of two workers leaves a core idle while the server works between the
+    exchanges (docs/results.md, "The reference study"). ``tests/test_end_to_end.py``
+    checks that both give the same numbers. ``env`` is not supported here
+    (the app reads no environment a study sets); the run log goes to this
+    process's stderr.
+    """
+    if env:
+        raise ValueError(f"{label}: launch_in_process takes no environment (got {sorted(env)}); use launch_run")
+    from experiments.in_process_app import run_app  # the apps load only when a run starts here
+
+    config = RunConfig.from_mapping(settings)
+    sites = training_dataset(config.dataset, config.held_out_site).num_sites
+    print(f"[{label}] in this process: {_format_overrides(settings)}", flush=True)
+    runs.mkdir(parents=True, exist_ok=True)
+    try:
+        run_app(runs, settings, num_nodes=sites)
+    except Exception as error:
+        raise RuntimeError(f"{label} failed: {type(error).__name__}: {error}") from error
+    return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+LAUNCHERS: dict[str, Callable[..., Path]] = {"flwr-run": launch_run, "in-process": launch_in_process}
+
+
 def run_settings(method: str, seed: int, overrides: dict[str, object]) -> dict[str, object]:
     """The run config of one ``flwr run`` of ``method``: ``overrides`` plus the method's own settings and seed."""
     return {**overrides, **METHOD_SETTINGS.get(method, {"strategy": method}), "seed": seed}

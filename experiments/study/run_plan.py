@@ -51,8 +51,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from experiments.progress import over_runs
-from experiments.runner import ROOT, launch_run, run_pooled
+from experiments.runner import LAUNCHERS, ROOT, run_pooled
 from experiments.sittings import describe_machine, fingerprint_packages
+from experiments.study.job_claims import Job, claim_jobs, folder_lock
 from experiments.study.plan import StudyPlan, load_plan
 from experiments.study.run_configs import (
     Records,
@@ -88,7 +89,6 @@ from fedsm_core.device import select_device, set_cpu_threads
 # What trains the model, reads and resizes the data (pillow, nibabel) and scores it (scipy: HD95)
 PACKAGES = ("torch", "torchvision", "timm", "segmentation-models-pytorch", "flwr", "numpy", "scipy", "pillow",
             "nibabel", "ray", "matplotlib", "tqdm")
-Job = tuple[RunKey, dict[str, object], RunKey | None]
 
 
 def plan_jobs(plan: StudyPlan) -> list[Job]:
@@ -281,8 +281,8 @@ def write_commands(out: Path, plan_path: Path, done: int, total: int, datasets: 
     return path
 
 
-def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
-    """Command-line entry point (``launch`` runs one chunk; tests replace it)."""
+def main(argv: list[str] | None = None, launch: Launch | None = None) -> int:
+    """Command-line entry point (``launch`` runs one chunk instead of ``--launcher``'s; tests replace it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, required=True, help="the study plan (experiments/plans/*.toml)")
     parser.add_argument("--out", type=Path, required=True, help="results folder; run folders go to its runs/")
@@ -296,13 +296,19 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
                        help="train again the finished runs whose recorded run config differs from today's")
     stale.add_argument("--keep-stale", dest="stale", action="store_const", const="keep",
                        help="tabulate such runs as they are")
+    parser.add_argument("--launcher", choices=sorted(LAUNCHERS), default="flwr-run",
+                        help="how a federated run starts: flwr-run (scripts/run-simulation.sh, a Ray simulation "
+                             "on every core) or in-process (the same apps in this process, one core: start one "
+                             "sitting per core on the same --out)")
     args = parser.parse_args(argv)
+    launch = launch or LAUNCHERS[args.launcher]
     plan = load_plan(args.plan)  # every setting is checked here, before anything trains
     runs = args.out / "runs"
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan_jobs(plan)
     wanted = select_jobs(jobs, args.datasets, args.methods, args.seeds)
-    records = settle_configs(args.out, runs, jobs, args.stale)
+    with folder_lock(args.out):
+        records = settle_configs(args.out, runs, jobs, args.stale)
     recorded = recorded_rows(args.out)
     unfinished = [job for job in jobs if finished_rows(job[0], runs, recorded) is None]
     pending = [job for job in unfinished if job in wanted]
@@ -310,13 +316,19 @@ def main(argv: list[str] | None = None, launch: Launch = launch_run) -> int:
     selected = len(wanted)  # progress counts these only
     done = selected - len(pending)
     only = [*(args.datasets or ()), *(args.methods or ()), *(f"seed {seed}" for seed in args.seeds or ())]
-    write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), only)
-    for index, job in enumerate(over_runs([] if args.only_finished else pending, "study", selected, done)):
+    with folder_lock(args.out):
+        write_commands(args.out, args.plan, len(jobs) - len(unfinished), len(jobs), only)
+    claimed = claim_jobs([] if args.only_finished else pending, runs,
+                         lambda key: finished_rows(key, runs, recorded) is not None)
+    for index, job in enumerate(over_runs(claimed, "study", selected, done)):
         print(f"[study] {job[0]}: run {done + index + 1} of {selected}, {len(pending) - index} left", flush=True)
         run_job(job, plan, runs, launch, recorded)
-        record_config(args.out, runs, job, records)
-        write_outputs(args.out, jobs, runs)
-    finished = write_outputs(args.out, jobs, runs)
+        with folder_lock(args.out):  # other sittings may share --out
+            records.update(read_configs(args.out))
+            record_config(args.out, runs, job, records)
+            write_outputs(args.out, jobs, runs)
+    with folder_lock(args.out):
+        finished = write_outputs(args.out, jobs, runs)
     print(f"[study] {finished} of {len(jobs)} runs finished; results in {args.out}", flush=True)
     return 0
 
