@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.study_runs import PLAN as STUDY_PLAN
 
 import experiments.study.run_plan as study
 from experiments.runner import LAUNCHERS, launch_in_process
@@ -11,23 +12,13 @@ from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
 pytestmark = pytest.mark.long_module(seconds=40)
 
-PLAN = """
-[study]
-datasets = ["synthetic-fundus"]
-methods = ["fedavg"]
-seeds = [0]
-[stopping]
-min-rounds = 2
-max-rounds = 3
-window = 1
-min-gain = 0.5
-check-every = 1
-[run-config]
-image-size = 32
-data-scale = 0.1
-max-local-steps = 2
-eval-every = 1
-"""
+# The study tests' plan (tests/support/study_runs.py), FedAvg alone, tiny, and a rule no run keeps up with
+PLAN = (STUDY_PLAN.split("[methods]")[0]
+        .replace('"fedavg", "centralized", "fedsm", "fedsm-extra"', '"fedavg"')
+        .replace("min-rounds = 6", "min-rounds = 2").replace("max-rounds = 15", "max-rounds = 3")
+        .replace("window = 2", "window = 1").replace("min-gain = 0.002", "min-gain = 0.5")
+        .replace("check-every = 2", "check-every = 1")
+        + "image-size = 32\ndata-scale = 0.1\nmax-local-steps = 2\n")
 
 
 def test_a_study_with_the_in_process_launcher_trains_and_stops_by_its_rule(tmp_path, monkeypatch):
