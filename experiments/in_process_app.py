@@ -42,7 +42,9 @@ class InProcessGrid:
                                        run_config=dict(run_config))
             for k in range(num_nodes)
         }
-        self.sent: list[Message] = []
+        # (message type, node) of each message sent; never the messages, whose weights would pile up over
+        # a long run (a 100-round run held gigabytes of them)
+        self.sent: list[tuple[str, int]] = []
         self.log: list[str] = []  # what the run logged through Flower's logger
         self._next_id = 0
 
@@ -57,8 +59,8 @@ class InProcessGrid:
     def _handle(self, message: Message) -> Message:
         self._next_id += 1
         message.metadata.__dict__["_message_id"] = f"message-{self._next_id}"
-        self.sent.append(message)
         node = message.metadata.dst_node_id
+        self.sent.append((message.metadata.message_type, node))
         delivered = Message(copy.deepcopy(message.content), dst_node_id=node,
                             message_type=message.metadata.message_type)
         delivered.metadata.__dict__["_message_id"] = message.metadata.message_id

@@ -65,6 +65,9 @@ def test_scaffold_keeps_control_variates_on_the_nodes_and_saves_the_global_model
 
     # Assert
     assert any("SCAFFOLD" in line for line in grid.log)
+    # The grid notes what it sent without holding the messages: their weights would pile up over a long run
+    assert {kind for kind, _ in grid.sent} >= {"train", "evaluate"}
+    assert all(isinstance(kind, str) and isinstance(node, int) for kind, node in grid.sent)
     assert {r["metric"] for r in rows} == {"dice-global", "num-images", "num-empty"}
     assert {int(r["round"]) for r in rows if r["split"] == "val"} == {1, 2}
     assert (folder / "global_model.pt").exists() and not (folder / "super_model.pt").exists()
