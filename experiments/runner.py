@@ -86,15 +86,13 @@ def launch_run(settings: dict[str, object], runs: Path, label: str, env: dict[st
     overrides) this process's environment. Raises RuntimeError with the end of
     the run's output when it fails.
     """
-    config = RunConfig.from_mapping(settings)
-    sites = training_dataset(config.dataset, config.held_out_site).num_sites
-    env = {**os.environ, **(env or {}), "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(sites)}
+    env = {**os.environ, **(env or {}), "FEDSM_RUNS": str(runs), "NUM_SUPERNODES": str(_num_sites(settings))}
     command = ["bash", str(ROOT / "scripts" / "run-simulation.sh"), _format_overrides(settings)]
     print(f"[{label}] {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{label} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+    return _newest_folder(runs)
 
 
 def launch_in_process(settings: dict[str, object], runs: Path, label: str, env: dict[str, str] | None = None) -> Path:
@@ -114,14 +112,23 @@ def launch_in_process(settings: dict[str, object], runs: Path, label: str, env: 
         raise ValueError(f"{label}: launch_in_process takes no environment (got {sorted(env)}); use launch_run")
     from experiments.in_process_app import run_app  # the apps load only when a run starts here
 
-    config = RunConfig.from_mapping(settings)
-    sites = training_dataset(config.dataset, config.held_out_site).num_sites
     print(f"[{label}] in this process: {_format_overrides(settings)}", flush=True)
     runs.mkdir(parents=True, exist_ok=True)
     try:
-        run_app(runs, settings, num_nodes=sites)
+        run_app(runs, settings, num_nodes=_num_sites(settings))
     except Exception as error:
         raise RuntimeError(f"{label} failed: {type(error).__name__}: {error}") from error
+    return _newest_folder(runs)
+
+
+def _num_sites(settings: dict[str, object]) -> int:
+    """Training sites of the run's dataset: one simulated node each."""
+    config = RunConfig.from_mapping(settings)
+    return training_dataset(config.dataset, config.held_out_site).num_sites
+
+
+def _newest_folder(runs: Path) -> Path:
+    """The run folder a launch just made under ``runs``."""
     return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
 
 

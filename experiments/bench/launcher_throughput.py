@@ -24,21 +24,23 @@ way and one per run's Dice. Nothing else may run on the machine meanwhile.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from experiments.runner import ROOT, append_rows
+from experiments.runner import ROOT, append_rows, parse_overrides
 from experiments.study.runs import read_rows
 
 COLUMNS = ("label", "launcher", "sittings", "run", "rounds", "seconds", "runs_per_hour", "client_average")
 
 
-def plan_text(dataset: str, methods: list[str], seeds: list[int], rounds: int, overrides: dict[str, str]) -> str:
+def plan_text(dataset: str, methods: list[str], seeds: list[int], rounds: int,
+              overrides: dict[str, object]) -> str:
     """A study plan of ``methods`` x ``seeds`` on ``dataset`` whose every run trains exactly ``rounds`` rounds."""
-    config = "\n".join(f"{key} = {value}" for key, value in overrides.items())
+    config = "\n".join(f"{key} = {json.dumps(value)}" for key, value in overrides.items())
     return (f'[study]\ndatasets = ["{dataset}"]\nmethods = {methods!r}\nseeds = {seeds!r}\n'.replace("'", '"')
             + f"[stopping]\nmin-rounds = {rounds}\nmax-rounds = {rounds}\nwindow = 1\nmin-gain = 0.0\n"
             f"check-every = 1\n[run-config]\neval-every = {rounds}\n{config}\n")
@@ -70,13 +72,6 @@ def client_averages(out: Path) -> dict[str, float]:
     return {run: sum(values) / len(values) for run, values in sorted(tests.items())}
 
 
-def parse_pairs(items: list[str]) -> dict[str, str]:
-    """``key=value`` items as TOML-ready values (strings quoted)."""
-    pairs = dict(item.split("=", 1) for item in items)
-    return {key: value if value.replace(".", "", 1).isdigit() or value in ("true", "false") else f'"{value}"'
-            for key, value in pairs.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns 1 when the two ways trained different models."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sittings", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--run-config", nargs="*", default=["image-size=64", "dataset=synthetic-fundus-style"])
     args = parser.parse_args(argv)
-    overrides = parse_pairs(args.run_config)
-    dataset = overrides.pop("dataset", '"synthetic-fundus"').strip('"')
+    overrides = parse_overrides(" ".join(args.run_config))
+    dataset = str(overrides.pop("dataset", "synthetic-fundus"))
     scratch = args.out / "runs"
     scratch.mkdir(parents=True, exist_ok=True)
     plan = scratch / "plan.toml"

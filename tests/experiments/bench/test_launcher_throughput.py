@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from experiments.bench.launcher_throughput import parse_pairs, plan_text
+from experiments.bench.launcher_throughput import plan_text
+from experiments.runner import parse_overrides
 from experiments.study.plan import load_plan
 
 
 def test_the_benchmark_plan_fixes_every_runs_rounds_and_carries_the_run_config(tmp_path):
     # Prepare
-    overrides = parse_pairs(["image-size=64", "lr=0.002", "dataset=synthetic-fundus-style", "softpull-lambda=0.9"])
-    dataset = overrides.pop("dataset").strip('"')
+    overrides = parse_overrides("image-size=64 lr=0.002 dataset=synthetic-fundus-style softpull-lambda=0.9")
+    dataset = str(overrides.pop("dataset"))
     path = tmp_path / "plan.toml"
 
     # Execute
