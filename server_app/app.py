@@ -98,6 +98,11 @@ def main(grid: Grid, context: Context) -> None:
         log(INFO, "%s", clock.line(server_round))
         return stopped(server_round)
 
+    if first_round > strategy.num_rounds:  # a checkpoint of the last round: only the end of the run is left
+        log(INFO, "No round left to train: finishing the checkpoint's round %d", first_round - 1)
+        save_checkpoint(checkpoint, first_round - 1, config.to_mapping(), info.site_names, strategy.name,
+                        strategy.state_dict(), reporter.metrics.rows)
+
     strategy.traffic.add_time(0, "setup", time.monotonic() - started)
     strategy.run(grid, first_round, config.round_timeout, after_round)
     validation_notes = run_test(grid, strategy, config, folder)

@@ -28,13 +28,14 @@ class RoundClock:
     Parameters
     ----------
     first_round, last_round : int
-        The rounds this process runs (``first_round`` > 1 when resuming).
+        The rounds this process runs (``first_round`` > 1 when resuming; ``last_round + 1``
+        when it runs none, finishing a checkpoint of the last round).
     clock : callable
         Seconds, monotonic (``time.monotonic``; tests pass their own).
     """
 
     def __init__(self, first_round: int, last_round: int, clock: Callable[[], float] = time.monotonic) -> None:
-        if last_round < first_round:
+        if last_round < first_round - 1:
             raise ValueError(f"RoundClock: last round {last_round} is before the first round {first_round}")
         self.first_round = first_round
         self.last_round = last_round

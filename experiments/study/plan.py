@@ -21,6 +21,8 @@ run shares, per-dataset settings chosen on validation (``chosen.json`` of
 
     [methods]           # a method that takes its round count from another one
     centralized = { rounds-from = "fedavg" }
+    # the same rounds as FedSM's, only what follows the last round differs: finish FedSM's checkpoint
+    fedsm-softpull = { rounds-from = "fedsm", reuse-rounds = true }
 
     [chosen]            # optional, per dataset
     "synthetic-fundus" = "experiments/results/reference/tune-synthetic-fundus/chosen.json"
@@ -38,6 +40,7 @@ import tomllib
 
 from experiments.runner import FEDERATED, METHOD_SETTINGS, load_chosen
 from fedsm_core.config import RunConfig
+from fedsm_core.run_files.checkpoint import AFTER_TRAINING
 from fedsm_core.training.stopping_rule import StoppingRule
 
 STUDY_METHODS = ("centralized", *FEDERATED)
@@ -58,6 +61,9 @@ class StudyPlan:
     run_config: Mapping[str, object]
     rounds_from: Mapping[str, str]
     chosen: Mapping[str, Path]
+    # methods whose rounds are their source's (``reuse-rounds``): the study finishes the source's checkpoint of
+    # its last round with the method's settings instead of training the rounds again (checked by check_reuse)
+    reuse_rounds: frozenset[str] = frozenset()
 
     def settings(self, dataset: str, method: str) -> dict[str, object]:
         """The run config of ``method`` on ``dataset`` (without the seed and round count), chosen values applied."""
@@ -92,15 +98,53 @@ def _stopping(path: Path, table: Mapping[str, object]) -> StoppingRule:
         raise _error(path, "[stopping]", str(error)) from None
 
 
-def _rounds_from(path: Path, methods: tuple[str, ...], table: Mapping[str, object]) -> dict[str, str]:
+METHOD_OPTIONS = ("rounds-from", "reuse-rounds")
+
+
+def _method_options(path: Path, methods: tuple[str, ...],
+                    table: Mapping[str, object]) -> tuple[dict[str, str], frozenset[str]]:
+    """``[methods]``: each method's ``rounds-from`` source, and the methods that reuse its rounds."""
     found: dict[str, str] = {}
+    reuse: set[str] = set()
     for method, options in table.items():
         source = options.get("rounds-from") if isinstance(options, dict) else None
         if method not in methods or source not in methods or methods.index(source) >= methods.index(method):
             raise _error(path, f"[methods] {method} = {options!r}", "needs rounds-from = a method listed before it "
                          f"in [study] methods {list(methods)}")
+        unknown = sorted(set(options) - set(METHOD_OPTIONS))
+        if unknown or not isinstance(options.get("reuse-rounds", False), bool):
+            raise _error(path, f"[methods] {method} = {options!r}", f"may set {list(METHOD_OPTIONS)} only, "
+                         f"reuse-rounds as true or false")
         found[method] = source
-    return found
+        if options.get("reuse-rounds", False):
+            reuse.add(method)
+    return found, frozenset(reuse)
+
+
+def check_reuse(plan: StudyPlan, dataset: str, method: str) -> None:
+    """Refuse ``reuse-rounds`` where the method's rounds would not train exactly as its source's.
+
+    Its settings may differ from the source's only in keys that act after the
+    last round (:data:`~fedsm_core.run_files.checkpoint.AFTER_TRAINING`), and
+    the learning rate may not follow a schedule over ``num-server-rounds``
+    (the source ran to the rule with ``max-rounds``, the method for the
+    source's rounds).
+    """
+    source = plan.rounds_from[method]
+    mine = RunConfig.from_mapping(plan.settings(dataset, method)).to_mapping()
+    theirs = RunConfig.from_mapping(plan.settings(dataset, source)).to_mapping()
+    differ = sorted(k for k in mine if k not in AFTER_TRAINING and mine[k] != theirs[k])
+    where = f"[methods] {method}: reuse-rounds = true on dataset {dataset}"
+    if "centralized" in (method, source):
+        raise _error(plan.path, where, "needs federated runs on both sides (centralized training keeps no "
+                     "checkpoint); remove reuse-rounds")
+    if differ:
+        details = ", ".join(f"{k}: {theirs[k]!r} -> {mine[k]!r}" for k in differ)
+        raise _error(plan.path, where, f"needs rounds that train as {source}'s, but the settings differ in "
+                     f"{details} (only {sorted(AFTER_TRAINING)} may); remove reuse-rounds")
+    if mine["lr-schedule"] != "constant":
+        raise _error(plan.path, where, f"needs a constant learning rate, found lr-schedule = "
+                     f"{mine['lr-schedule']!r}, which follows num-server-rounds; remove reuse-rounds")
 
 
 def load_plan(path: str | Path) -> StudyPlan:
@@ -119,12 +163,13 @@ def load_plan(path: str | Path) -> StudyPlan:
     fixed = sorted(STUDY_KEYS & set(run_config))
     if fixed:
         raise _error(path, f"[run-config] {fixed}", "are set by the study; remove them ([study] and [stopping] decide)")
+    rounds_from, reuse = _method_options(path, methods, raw.get("methods", {}))
     plan = StudyPlan(
         path=path, datasets=_list(path, study, "datasets", str), methods=methods,
         seeds=_list(path, study, "seeds", int),
         stopping=_stopping(path, raw.get("stopping", {})), run_config=run_config,
-        rounds_from=_rounds_from(path, methods, raw.get("methods", {})),
-        chosen={d: Path(p) for d, p in raw.get("chosen", {}).items()},
+        rounds_from=rounds_from, chosen={d: Path(p) for d, p in raw.get("chosen", {}).items()},
+        reuse_rounds=reuse,
     )
     stray = sorted(set(plan.chosen) - set(plan.datasets))
     if stray:
@@ -135,4 +180,6 @@ def load_plan(path: str | Path) -> StudyPlan:
                 RunConfig.from_mapping(plan.settings(dataset, method))
             except ValueError as error:
                 raise _error(path, f"dataset {dataset}, method {method}:", str(error)) from None
+            if method in plan.reuse_rounds:
+                check_reuse(plan, dataset, method)
     return plan

@@ -24,6 +24,11 @@ interrupted), which stops itself by the plan's rule
 ``centralized`` trains in this process with :func:`experiments.runner.run_pooled`
 for as many passes over the data as the run it takes its rounds from
 (``rounds-from``; without one, ``max-rounds``); it is not checkpointed, so an interrupted one starts over.
+A method with ``reuse-rounds`` (its rounds train as its source's; only keys that act after
+the last round differ, :func:`experiments.study.plan.check_reuse`) finishes the source's
+checkpoint of its last round instead of training those rounds again
+(:func:`experiments.study.runs.finishable_checkpoint`; the run key does not change, since the
+result is the same, ``tests/server_app/test_fine_tuning_run.py``).
 Each seed sets both ``seed`` and ``data-seed``, so seeds differ in their test
 images wherever the dataset's split depends on ``data-seed``.
 
@@ -73,6 +78,7 @@ from experiments.study.runs import (
     case_scores,
     chunk_seconds,
     federated_rows,
+    finishable_checkpoint,
     read_rows,
     record_seconds,
     result_rows,
@@ -169,7 +175,8 @@ def run_job(job: Job, plan: StudyPlan, runs: Path, launch: Launch,
     if key.method == "centralized":
         rows = run_centralized(key, settings, fixed or plan.stopping.max_rounds)
     else:
-        final = run_federated(key, runs, settings, plan.stopping, fixed, launch)
+        start = finishable_checkpoint(source, runs, fixed) if key.method in plan.reuse_rounds else None
+        final = run_federated(key, runs, settings, plan.stopping, fixed, launch, start)
         config = RunConfig.from_mapping({**settings, "num-server-rounds": 1})
         set_cpu_threads(config.torch_threads)
         path = final / IMAGE_DICE_FILE

@@ -8,9 +8,7 @@ takes its round count from another, that run's key). Its files live in
 * the run folders of its ``flwr run`` chunks (written by the ServerApp, each
   with ``metrics.csv`` and ``checkpoint.pt``). A run under the stopping rule
   is one ``flwr run`` that stops itself (the ``stop-*`` keys); a chunk that was
-  interrupted is continued by the next with ``resume-from``. (Earlier versions
-  of the study extended a run ``check-every`` rounds at a time, one chunk
-  each; the stopping round is the same either way.)
+  interrupted is continued by the next with ``resume-from``.
 * ``chunks.jsonl``: wall seconds of every chunk this study started, and of scoring the test images;
 * ``study-rows.csv``, written last: the run's rows of the long CSV. Its
   presence means "finished": a later sitting reads it and runs nothing.
@@ -210,12 +208,15 @@ def stop_keys(rule: StoppingRule) -> dict[str, object]:
 
 
 def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule: StoppingRule,
-                  fixed_rounds: int | None, launch: Launch) -> Path:
+                  fixed_rounds: int | None, launch: Launch, start_from: Path | None = None) -> Path:
     """Train ``key`` until the rule holds (or for ``fixed_rounds``); returns the final run folder.
 
     One ``flwr run`` of up to ``max-rounds`` rounds, which stops itself by the
     rule (the ``stop-*`` keys), or one of exactly ``fixed_rounds``. It resumes
-    from the newest checkpoint on disk, so an interrupted study picks up here.
+    from the newest checkpoint on disk, so an interrupted study picks up here;
+    without one, from ``start_from`` (another run's checkpoint of round
+    ``fixed_rounds``, :func:`finishable_checkpoint`): the run then trains no
+    round and only finishes that checkpoint with its own settings.
     """
     folder = key.folder(runs)
     config = RunConfig.from_mapping({**settings, "num-server-rounds": 1})
@@ -226,7 +227,7 @@ def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule:
     done = result_chunk(chunks, fixed_rounds, rule, score)
     if done is not None:
         return done.folder
-    start = resume_point(chunks, target, extra)
+    start = resume_point(chunks, target, extra) or start_from
     overrides = {**settings, "num-server-rounds": target, **(stop_keys(rule) if fixed_rounds is None else {}),
                  **({"resume-from": str(start)} if start else {})}
     began = time.monotonic()
@@ -237,6 +238,24 @@ def run_federated(key: RunKey, runs: Path, settings: Mapping[str, object], rule:
     if done is None:
         raise RuntimeError(f"{key}: the run to round {target} ended without test results in {folder}")
     return done.folder
+
+
+def finishable_checkpoint(source: RunKey, runs: Path, rounds: int) -> Path | None:
+    """The checkpoint of ``source``'s last round, ``rounds``, if a run with other after-training keys may finish it.
+
+    ``None`` (saying why: no run folder of the source here ends there, or its models were fine-tuned
+    before its checkpoint was saved, as in a run of fixed length): the run then trains its rounds.
+    """
+    folder = source.folder(runs)
+    ends = [c for c in read_chunks(folder) if c.finished and c.checkpoint_round == rounds] if folder.is_dir() else []
+    path = ends[-1].folder / CHECKPOINT_FILE if ends else None
+    why = f"no finished run folder of it ends at round {rounds} here" if path is None else ""
+    if path and torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state"].get("fine-tuned"):
+        why = "its checkpoint holds models fine-tuned after that round"
+    if why:
+        print(f"[study] reuse-rounds: cannot finish {source}'s checkpoint ({why}); training the rounds", flush=True)
+        return None
+    return path
 
 
 def result_chunk(chunks: Sequence[Chunk], fixed_rounds: int | None, rule: StoppingRule, score: str) -> Chunk | None:

@@ -350,7 +350,8 @@ MEANINGS: dict[str, str] = {
         "fewest valid replies a round needs; fewer stops the run (resume from its checkpoint)"
     ),
     "resume-from": (
-        "a `checkpoint.pt` to continue from"
+        "a `checkpoint.pt` to continue from; one of the last round is only finished, and may then change "
+        "`fine-tune-passes` and `fine-tune-gamma` (docs/running.md)"
     ),
     "round-timeout": (
         "seconds to wait for replies in one round"

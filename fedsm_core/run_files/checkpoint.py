@@ -31,6 +31,10 @@ RESUMABLE_CHANGES = frozenset({
     # the stopping rule decides when training ends, not what a round does
     "stop-window", "stop-min-gain", "stop-min-rounds", "stop-check-every",
 })
+# Keys that act only after the last round (FedSM's final fine-tuning). A resume that trains no further round (its
+# checkpoint is from round num-server-rounds) may change them, so one trained federation is finished with, say,
+# and without fine-tuning; never once the checkpoint holds their result (models already fine-tuned).
+AFTER_TRAINING = frozenset({"fine-tune-passes", "fine-tune-gamma"})
 
 # A checkpoint saved before a run-config key existed lacks it. By convention a new key's first default reproduces
 # the behaviour from before it, so the key counts as unchanged; once its default changes, the key goes here with
@@ -112,26 +116,47 @@ def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any]
                     total_rounds: int, path: str | Path) -> None:
     """Refuse to resume a checkpoint into a run it did not come from.
 
+    A checkpoint from round ``total_rounds`` trains nothing more: the resumed
+    run only finishes (what follows the last round, then the test), and may
+    change the :data:`AFTER_TRAINING` keys as well, unless the checkpoint
+    already holds their result.
+
     Raises
     ------
     ValueError
         When a run-config key outside :data:`RESUMABLE_CHANGES` differs (a key
         the checkpoint predates: :func:`with_keys_added_since`), the sites
-        differ, or the checkpoint already reached ``total_rounds``.
+        differ, or the checkpoint is from past ``total_rounds``.
     """
     saved = with_keys_added_since(checkpoint["run-config"], run_config)
     allowed = set(RESUMABLE_CHANGES)
     if str(run_config.get("strategy")) in METHODS and METHODS[str(run_config.get("strategy"))].extra_selector:
         # num-server-rounds is where FedSM-extra switches from models to the selector: only extend the extra rounds.
         allowed = (allowed - {"num-server-rounds"}) | {"extra-rounds"}
+    if checkpoint["round"] == total_rounds:
+        allowed |= AFTER_TRAINING
     changed = sorted(k for k in set(saved) | set(run_config) if k not in allowed and saved.get(k) != run_config.get(k))
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {run_config.get(k)!r}" for k in changed)
+        finish = (f"; {sorted(AFTER_TRAINING)} too where the checkpoint is from the last round (num-server-rounds = "
+                  f"{checkpoint['round']})" if AFTER_TRAINING & set(changed) else "")
         raise ValueError(f"resume-from = '{path}': the run config differs from the checkpoint's in {details}; "
-                         f"only {sorted(allowed)} may change when resuming")
+                         f"only {sorted(allowed)} may change when resuming{finish}")
+    _check_after_training(checkpoint, saved, run_config, path)
     if list(checkpoint["sites"]) != list(sites):
         raise ValueError(f"resume-from = '{path}': checkpoint sites {checkpoint['sites']} differ from this "
                          f"federation's {list(sites)}")
-    if checkpoint["round"] >= total_rounds:
+    if checkpoint["round"] > total_rounds:
         raise ValueError(f"resume-from = '{path}': the checkpoint is from round {checkpoint['round']} of a run of "
                          f"{total_rounds} rounds; raise num-server-rounds to continue")
+
+
+def _check_after_training(checkpoint: Mapping[str, Any], saved: Mapping[str, Any], run_config: Mapping[str, Any],
+                          path: str | Path) -> None:
+    """Refuse other :data:`AFTER_TRAINING` values once the checkpoint's models were fine-tuned (FedSM's state)."""
+    changed = sorted(k for k in AFTER_TRAINING if saved.get(k) != run_config.get(k))
+    if changed and (checkpoint.get("state") or {}).get("fine-tuned") is not None:
+        raise ValueError(f"resume-from = '{path}': the checkpoint's personalized models are already fine-tuned "
+                         f"(its last round ran with {', '.join(f'{k} = {saved.get(k)!r}' for k in changed)}), so a run "
+                         f"with {', '.join(f'{k} = {run_config.get(k)!r}' for k in changed)} cannot finish from it; "
+                         f"resume from a checkpoint saved before the fine-tuning (a run the stopping rule ended)")

@@ -11,6 +11,7 @@ import torch
 import fedsm_core.run_files.bundle
 from fedsm_core.config import RunConfig
 from fedsm_core.run_files.checkpoint import (
+    AFTER_TRAINING,
     BEFORE_THE_KEY,
     CHECKPOINT_FORMAT,
     RESUMABLE_CHANGES,
@@ -300,11 +301,31 @@ def test_different_sites_are_refused(sites):
     assert "site-c" in str(raised.value) or "site-d" in str(raised.value)
 
 
-@pytest.mark.parametrize(("round_", "total"), [(30, 30), (31, 30)])
-def test_a_checkpoint_at_or_past_the_last_round_is_refused(round_, total):
+def test_a_checkpoint_past_the_last_round_is_refused():
     # Execute / Assert
-    with pytest.raises(ValueError, match=f"round {round_} of a run of {total} rounds"):
-        check_resumable(_checkpoint(round_), _config(), SITES, total, "ck.pt")
+    with pytest.raises(ValueError, match="round 31 of a run of 30 rounds"):
+        check_resumable(_checkpoint(31), _config(), SITES, 30, "ck.pt")
+
+
+def test_a_checkpoint_of_the_last_round_may_finish_with_other_after_training_keys():
+    # Prepare: a checkpoint of round 30 before FedSM's final fine-tuning (the stopping rule ended the rounds)
+    changed = {"fine-tune-passes": 0, "fine-tune-gamma": "validation"}
+    assert AFTER_TRAINING == set(changed) and all(_config()[key] != value for key, value in changed.items())
+
+    # Execute / Assert: finishing it (no round left) may change them; continuing it may not
+    check_resumable(_checkpoint(30), _config(**changed), SITES, 30, "ck.pt")
+    with pytest.raises(ValueError, match="fine-tune-passes: 30 -> 0.* too where the checkpoint is from the last round"):
+        check_resumable(_checkpoint(29), _config(**changed), SITES, 30, "ck.pt")
+
+
+def test_a_checkpoint_that_holds_fine_tuned_models_finishes_only_as_it_was():
+    # Prepare: the fine-tuning ran before this checkpoint was saved (a run of fixed length)
+    checkpoint = {**_checkpoint(30), "state": {"fine-tuned": {"round": 30, "sites": []}}}
+
+    # Execute / Assert: the same settings finish it; other fine-tuning settings would mislabel its models
+    check_resumable(checkpoint, _config(), SITES, 30, "ck.pt")
+    with pytest.raises(ValueError, match="already fine-tuned .*fine-tune-passes = 30.* fine-tune-passes = 0"):
+        check_resumable(checkpoint, _config(**{"fine-tune-passes": 0}), SITES, 30, "ck.pt")
 
 
 def test_a_checkpoint_one_round_before_the_end_is_resumable():

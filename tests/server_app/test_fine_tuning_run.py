@@ -51,13 +51,35 @@ def test_after_the_last_round_every_site_fine_tunes_the_global_model_into_its_pe
     # Assert: refused, since SoftPull would continue from the fine-tuned models
     with pytest.raises(ValueError, match="fine-tuned after its last round, 1 .* start a new run"):
         in_process_app(f"{TUNED} resume-from='{folder / CHECKPOINT_FILE}'", name="extended")
+    # Execute: finishing its checkpoint (round 1 of 1) without fine-tuning
+    # Assert: refused, since the checkpoint holds the fine-tuned models, not SoftPull's
+    plain = TINY.replace("num-server-rounds=2", "num-server-rounds=1")
+    with pytest.raises(ValueError, match="already fine-tuned .*fine-tune-passes = 2.* fine-tune-passes = 0"):
+        in_process_app(f"{plain} resume-from='{folder / CHECKPOINT_FILE}'", name="plain")
 
 
-def test_a_run_the_stopping_rule_ends_fine_tunes_after_its_round_and_validates_that_round_again(in_process_app):
-    # Execute: at most 3 rounds; a gain of one whole Dice point over one round is never met, so the rule ends
-    # training after round 2; then the sites fine-tune for up to two passes
-    stop = "stop-window=1 stop-min-gain=1.0 stop-min-rounds=2"
-    folder, rows, grid = in_process_app(f"{TUNED.replace('num-server-rounds=2', 'num-server-rounds=3')} {stop}")
+STOP = "stop-window=1 stop-min-gain=1.0 stop-min-rounds=2"
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """At most 3 rounds that the rule ends after round 2, then two fine-tuning passes: folder, rows, grid, site state.
+
+    A gain of one whole Dice point over one round is never met, so the rule holds at its first look, round 2.
+    """
+    from support.in_process_grid import metrics_rows, only_run_folder, run_app
+
+    root = tmp_path_factory.mktemp("stopped")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDSM_SITE_STATE", str(root / "site-state"))
+        grid = run_app(root / "runs", f"{TUNED.replace('num-server-rounds=2', 'num-server-rounds=3')} {STOP}", 6)
+    folder = only_run_folder(root / "runs")
+    return folder, metrics_rows(folder), grid, root / "site-state"
+
+
+def test_a_run_the_stopping_rule_ends_fine_tunes_after_its_round_and_validates_that_round_again(stopped_run):
+    # Execute: the module's run (stopped_run)
+    folder, rows, grid, _ = stopped_run
 
     # Assert: training stopped after round 2, every site fine-tuned once, and round 2's validation (which chose
     # gamma) is recorded once per site and metric: the one taken after fine-tuning replaced the first
@@ -67,6 +89,29 @@ def test_a_run_the_stopping_rule_ends_fine_tunes_after_its_round_and_validates_t
     assert val and len(val) == len(set(val))
     assert {r["round"] for r in rows if r["split"] == "test"} == {"2"}
     assert "personalized models fine-tuned from the final global model" in (folder / "summary.md").read_text()
+
+
+def test_its_checkpoint_finished_without_fine_tuning_is_the_plain_run_of_as_many_rounds(stopped_run, tiny_fedsm,
+                                                                                       in_process_app, monkeypatch):
+    # Arrange: the stopped run's checkpoint holds round 2 before the fine-tuning; the plain 2-round run
+    # (fine-tune-passes = 0, tiny_fedsm.straight) trained the same rounds
+    stopped, _, _, site_state = stopped_run
+    monkeypatch.setenv("FEDSM_SITE_STATE", str(site_state))
+
+    # Execute: finish that checkpoint as a run of 2 rounds without fine-tuning (no round left to train)
+    finished, rows, grid = in_process_app(f"{TINY} resume-from='{stopped / CHECKPOINT_FILE}'", name="finished")
+
+    # Assert: no site trained or fine-tuned; the same models, gamma and numbers as the plain run, bit for bit,
+    # and the new folder keeps its checkpoint, with this run's settings
+    assert not any("fine-tuned the global model" in line for line in grid.log)
+    assert all(message_type != "train" for message_type, _ in grid.sent)
+    state, plain = load_checkpoint(finished / CHECKPOINT_FILE), load_checkpoint(tiny_fedsm.straight / CHECKPOINT_FILE)
+    assert state["round"] == 2 and state["run-config"]["fine-tune-passes"] == 0
+    assert _same(state["state"]["global"], plain["state"]["global"])
+    for site, weights in plain["state"]["personalized"].items():
+        assert _same(state["state"]["personalized"][site], weights), site
+    assert state["state"]["gamma"] == plain["state"]["gamma"]
+    assert rows == tiny_fedsm.straight_rows
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "fedsm-extra", "fedbn"])

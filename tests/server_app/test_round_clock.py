@@ -37,8 +37,9 @@ def test_a_resumed_run_counts_only_the_rounds_of_this_process():
 
 
 def test_bad_rounds_are_refused():
+    RoundClock(5, 4)  # no round to run: a run that only finishes its checkpoint of round 4
     with pytest.raises(ValueError, match="before the first round"):
-        RoundClock(5, 4)
+        RoundClock(6, 4)
     with pytest.raises(ValueError, match="round 2 is before the first round 3"):
         RoundClock(3, 6, _Clock()).remaining(2)
 

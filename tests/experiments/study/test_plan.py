@@ -28,6 +28,22 @@ centralized = { rounds-from = "fedavg" }
 """
 
 
+REUSE = """
+[study]
+datasets = ["synthetic-fundus"]
+methods = ["fedsm", "fedsm-softpull"]
+seeds = [0]
+[methods]
+fedsm-softpull = { rounds-from = "fedsm", reuse-rounds = true }
+"""
+
+
+def test_a_method_may_reuse_rounds_that_train_as_its_sources(tmp_path):
+    # fedsm-softpull differs from fedsm in fine-tune-passes alone, which acts after the last round
+    plan = load_plan(_plan(tmp_path, REUSE))
+    assert plan.reuse_rounds == {"fedsm-softpull"} and plan.rounds_from == {"fedsm-softpull": "fedsm"}
+
+
 def test_the_reference_plan_is_valid_and_orders_every_dependency():
     plan = load_plan(ROOT / "experiments" / "plans" / "reference.toml")
     assert len(plan.jobs()) == 4 * 3 * 7  # datasets (fundus, style-only, Drishti, prostate) x seeds x methods
@@ -50,6 +66,12 @@ def test_every_committed_plan_loads(path):
     (GOOD + "[run-config]\nlr = -1.0\n", "dataset synthetic-fundus, method fedavg"),
     (GOOD.replace("seeds = [0]", "seeds = []"), r"seeds = \[\] must be a non-empty list"),
     (GOOD + '[chosen]\n"synthetic-prostate" = "x.json"\n', r"\['synthetic-prostate'\] are not datasets"),
+    (GOOD.replace('"fedavg" }', '"fedavg", reuse = true }'), "may set .*rounds-from.*reuse-rounds.* only"),
+    (GOOD.replace('"fedavg" }', '"fedavg", reuse-rounds = "yes" }'), "reuse-rounds as true or false"),
+    (GOOD.replace('"fedavg" }', '"fedavg", reuse-rounds = true }'), "centralized training keeps no checkpoint"),
+    (REUSE.replace('"fedsm-softpull"]', '"fedsm-extra"]').replace("fedsm-softpull =", "fedsm-extra ="),
+     r"settings differ in strategy: 'fedsm' -> 'fedsm-extra'"),
+    (REUSE + '[run-config]\nlr-schedule = "cosine"\n', "needs a constant learning rate, found lr-schedule"),
 ])
 def test_a_plan_with_a_mistake_names_the_file_and_the_setting(tmp_path, text, match):
     path = _plan(tmp_path, text)

@@ -6,13 +6,14 @@ holds, checks every resume as the ServerApp does and stops by the ``stop-*`` key
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from support.study_runs import PLAN, FakeFlower, fake_pooled, prepare_study
 
 import experiments.study.run_plan as study
-from experiments.study.plan import StoppingRule
+from experiments.study.plan import StoppingRule, load_plan
 from experiments.study.runs import Chunk, RunKey, read_rows, resume_point, run_key
 from fedsm_core.run_files.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
@@ -162,3 +163,50 @@ def test_a_run_an_earlier_study_extended_chunk_by_chunk_continues_from_its_last_
     # Assert: one more flwr run, from the old chunk's round-8 checkpoint, stopping by the rule at 12
     assert len(launch.calls) == 1 and load_checkpoint(launch.calls[0]["resume-from"])["round"] == 8
     assert _rounds(read_rows(out / "results.csv"), "fedavg") == {12}
+
+
+REUSE = PLAN.replace('"fedsm", "fedsm-extra"]', '"fedsm", "fedsm-softpull"]').replace(
+    'fedsm-extra = { rounds-from = "fedsm" }', 'fedsm-softpull = { rounds-from = "fedsm", reuse-rounds = true }')
+
+
+def test_a_method_that_reuses_its_sources_rounds_finishes_the_sources_last_checkpoint(tmp_path, monkeypatch):
+    # Prepare: FedSM stops by the rule at round 12; fedsm-softpull takes its rounds (fine-tune-passes = 0)
+    args, out, _ = prepare_study(tmp_path, monkeypatch, REUSE)
+    flower = FakeFlower()
+
+    # Execute
+    study.main(args, launch=flower)
+
+    # Assert: one launch of fedsm-softpull, from FedSM's checkpoint of round 12, for 12 rounds: none trains
+    fedsm, softpull = [c for c in flower.calls if c["strategy"] == "fedsm"]
+    assert fedsm["num-server-rounds"] == 15 and "resume-from" not in fedsm
+    assert softpull["num-server-rounds"] == 12 and softpull["fine-tune-passes"] == 0
+    source = load_checkpoint(softpull["resume-from"])
+    assert source["round"] == 12 and source["run-config"]["fine-tune-passes"] == 30
+    assert Path(softpull["resume-from"]).parent.parent.parent.name == "fedsm"
+    assert _rounds(read_rows(out / "results.csv"), "fedsm-softpull") == {12}
+    # the run key is the one a plan without reuse-rounds gives: how the rounds are obtained is not what they are
+    plain = study.plan_jobs(load_plan(_write(tmp_path, REUSE.replace(", reuse-rounds = true", ""))))
+    assert [key for key, _, _ in study.plan_jobs(load_plan(_write(tmp_path, REUSE)))] == [key for key, _, _ in plain]
+
+
+def test_without_the_sources_run_folder_the_rounds_train(tmp_path, monkeypatch, capsys):
+    # Prepare: FedSM finished, then its run folders went (its rows stay in results.csv)
+    args, out, _ = prepare_study(tmp_path, monkeypatch, REUSE)
+    study.main([*args, "--methods", "fedsm"], launch=FakeFlower())
+    shutil.rmtree(out / "runs" / "synthetic-fundus" / "fedsm")
+    flower = FakeFlower()
+
+    # Execute
+    study.main(args, launch=flower)
+
+    # Assert: fedsm-softpull (FedSM finished) trains its 12 rounds, and says why
+    assert [(c["num-server-rounds"], "resume-from" in c) for c in flower.calls if c["strategy"] == "fedsm"] == [
+        (12, False)]
+    assert "cannot finish" in capsys.readouterr().out
+
+
+def _write(folder: Path, text: str) -> Path:
+    path = folder / "plan-copy.toml"
+    path.write_text(text)
+    return path
