@@ -28,14 +28,8 @@ centralized = { rounds-from = "fedavg" }
 """
 
 
-REUSE = """
-[study]
-datasets = ["synthetic-fundus"]
-methods = ["fedsm", "fedsm-softpull"]
-seeds = [0]
-[methods]
-fedsm-softpull = { rounds-from = "fedsm", reuse-rounds = true }
-"""
+REUSE = GOOD.replace('"fedavg", "centralized"', '"fedsm", "fedsm-softpull"').replace(
+    'centralized = { rounds-from = "fedavg" }', 'fedsm-softpull = { rounds-from = "fedsm", reuse-rounds = true }')
 
 
 def test_a_method_may_reuse_rounds_that_train_as_its_sources(tmp_path):
