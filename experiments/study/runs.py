@@ -36,6 +36,7 @@ from fedsm_core.run_files.checkpoint import (
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
     RESUMABLE_CHANGES,
+    holds_after_training,
     load_checkpoint,
     with_keys_added_since,
 )
@@ -250,7 +251,7 @@ def finishable_checkpoint(source: RunKey, runs: Path, rounds: int) -> Path | Non
     ends = [c for c in read_chunks(folder) if c.finished and c.checkpoint_round == rounds] if folder.is_dir() else []
     path = ends[-1].folder / CHECKPOINT_FILE if ends else None
     why = f"no finished run folder of it ends at round {rounds} here" if path is None else ""
-    if path and torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state"].get("fine-tuned"):
+    if path and holds_after_training(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state"]):
         why = "its checkpoint holds models fine-tuned after that round"
     if why:
         print(f"[study] reuse-rounds: cannot finish {source}'s checkpoint ({why}); training the rounds", flush=True)

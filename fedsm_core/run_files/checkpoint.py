@@ -151,11 +151,16 @@ def check_resumable(checkpoint: Mapping[str, Any], run_config: Mapping[str, Any]
                          f"{total_rounds} rounds; raise num-server-rounds to continue")
 
 
+def holds_after_training(state: Mapping[str, Any]) -> bool:
+    """Whether a strategy state already holds what follows the last round (FedSM's fine-tuned models)."""
+    return state.get("fine-tuned") is not None
+
+
 def _check_after_training(checkpoint: Mapping[str, Any], saved: Mapping[str, Any], run_config: Mapping[str, Any],
                           path: str | Path) -> None:
     """Refuse other :data:`AFTER_TRAINING` values once the checkpoint's models were fine-tuned (FedSM's state)."""
     changed = sorted(k for k in AFTER_TRAINING if saved.get(k) != run_config.get(k))
-    if changed and (checkpoint.get("state") or {}).get("fine-tuned") is not None:
+    if changed and holds_after_training(checkpoint.get("state") or {}):
         raise ValueError(f"resume-from = '{path}': the checkpoint's personalized models are already fine-tuned "
                          f"(its last round ran with {', '.join(f'{k} = {saved.get(k)!r}' for k in changed)}), so a run "
                          f"with {', '.join(f'{k} = {run_config.get(k)!r}' for k in changed)} cannot finish from it; "
