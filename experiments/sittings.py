@@ -23,12 +23,13 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
 import torch
 
+from experiments.runner import append_rows
 from experiments.study.run_configs import differences
 from fedsm_core.config import RunConfig
 
@@ -135,6 +136,19 @@ def record_cell_config(out: Path, cell: tuple, settings: Mapping[str, object]) -
     """Append a finished cell's config (call it under the folder's results lock, as the CSV is written)."""
     with (out / CELL_CONFIGS).open("a") as handle:
         handle.write(json.dumps({"cell": list(cell), "config": comparable_config(settings)}, sort_keys=True) + "\n")
+
+
+def record_finished_cell(csv_path: Path, columns: Sequence[str], cell: tuple, rows: Sequence[tuple],
+                         settings: Mapping[str, object], write_table: Callable[[], None]) -> None:
+    """Append a finished cell's rows (each prefixed by the cell) and its config, then rewrite the table.
+
+    All under the folder's results lock, so sittings sharing the folder never interleave their rows, and a
+    cell's rows and its recorded config land together.
+    """
+    with locked(csv_path.parent / "results.lock"):
+        record_cell_config(csv_path.parent, cell, settings)
+        append_rows(csv_path, tuple(columns), [(*cell, *row) for row in rows])
+        write_table()
 
 
 def check_cell_configs(out: Path, planned: Mapping[tuple, Mapping[str, object]]) -> None:

@@ -49,7 +49,7 @@ from experiments.ladder.loops import CellResult, run_cell
 from experiments.ladder.table import write_table
 from experiments.progress import over_runs
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_finished_cell
 from fedsm_core.config import RunConfig
 from fedsm_core.data.repartition import PARTITIONS
 
@@ -91,21 +91,9 @@ def finished_cells(csv_path: Path) -> set[tuple[str, str, str, int]]:
 def append_rows(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult,
                 config: RunConfig) -> None:
     """Add one finished cell's rows to the CSV (the header on first write) and its config, under the folder's lock."""
-    with locked(csv_path.parent / "results.lock"):
-        record_cell_config(csv_path.parent, cell, config.to_mapping())
-        _append(csv_path, cell, result)
-        write_table(csv_path, csv_path.parent / "table.md")
-
-
-def _append(csv_path: Path, cell: tuple[str, str, str, int], result: CellResult) -> None:
-    fresh = not csv_path.exists()
-    dataset, method, rung, seed = cell
-    with csv_path.open("a", newline="") as handle:
-        writer = csv.writer(handle)
-        if fresh:
-            writer.writerow(COLUMNS)
-        for kind, server_round, site, value in result.rows():
-            writer.writerow((dataset, method, rung, seed, kind, server_round, site, f"{value:.6f}"))
+    rows = [(kind, server_round, site, float(value)) for kind, server_round, site, value in result.rows()]
+    record_finished_cell(csv_path, COLUMNS, cell, rows, config.to_mapping(),
+                         lambda: write_table(csv_path, csv_path.parent / "table.md"))
 
 
 def cell_config(dataset: str, seed: int, rounds: int, overrides: dict[str, object], method: str) -> RunConfig:

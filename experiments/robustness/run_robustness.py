@@ -32,7 +32,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.robustness.table import COLUMNS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_finished_cell
 from fedsm_core.algorithms.attacks import ATTACKS, FEDSM_ONLY
 from fedsm_core.algorithms.robust_aggregation import AGGREGATIONS
 from fedsm_core.config import RunConfig
@@ -92,16 +92,8 @@ def run_cell(cell: Cell, overrides: dict[str, object], folder: Path) -> list[tup
 def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, float]], attacked_site: str,
                 settings: dict[str, object]) -> None:
     """Add a finished cell's rows to the CSV and its config to ``cell-configs.jsonl``, rewrite the table (locked)."""
-    with locked(csv_path.parent / "results.lock"):
-        record_cell_config(csv_path.parent, cell, settings)
-        fresh = not csv_path.exists()
-        with csv_path.open("a", newline="") as handle:
-            writer = csv.writer(handle)
-            if fresh:
-                writer.writerow(COLUMNS)
-            for kind, site, value in rows:
-                writer.writerow((*cell, kind, site, f"{value:.6f}"))
-        write_table(csv_path, csv_path.parent / "table.md", attacked_site)
+    record_finished_cell(csv_path, COLUMNS, cell, [(kind, site, float(value)) for kind, site, value in rows],
+                         settings, lambda: write_table(csv_path, csv_path.parent / "table.md", attacked_site))
 
 
 def main(argv: list[str] | None = None) -> int:

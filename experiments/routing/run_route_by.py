@@ -31,7 +31,7 @@ from experiments.in_process_app import run_app
 from experiments.progress import over_runs
 from experiments.routing.route_by_table import COLUMNS, METRICS, write_table
 from experiments.runner import parse_overrides
-from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_cell_config
+from experiments.sittings import MEASURED_WITH, check_cell_configs, locked, log_sitting, record_finished_cell
 from fedsm_core.algorithms.fedsm.settings import ROUTE_BY
 from fedsm_core.config import RunConfig
 
@@ -78,16 +78,8 @@ def run_cell(overrides: dict[str, object], folder: Path) -> list[tuple[str, str,
 def append_rows(csv_path: Path, cell: Cell, rows: list[tuple[str, str, str, float]],
                 settings: dict[str, object]) -> None:
     """Add a finished cell's rows to the CSV and its config to ``cell-configs.jsonl``, rewrite the table (locked)."""
-    with locked(csv_path.parent / "results.lock"):
-        record_cell_config(csv_path.parent, cell, settings)
-        fresh = not csv_path.exists()
-        with csv_path.open("a", newline="") as handle:
-            writer = csv.writer(handle)
-            if fresh:
-                writer.writerow(COLUMNS)
-            for split, site, metric, value in rows:
-                writer.writerow((*cell, split, site, metric, f"{value:.6f}"))
-        write_table(csv_path, csv_path.parent / "table.md")
+    record_finished_cell(csv_path, COLUMNS, cell, [(*row[:3], float(row[3])) for row in rows], settings,
+                         lambda: write_table(csv_path, csv_path.parent / "table.md"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from experiments.sittings import (
     describe_machine,
     fingerprint_packages,
     read_cell_configs,
+    record_finished_cell,
 )
 from fedsm_core.config import RunConfig
 
@@ -72,6 +73,30 @@ def test_the_ladder_records_each_finished_cell_and_refuses_to_extend_it_after_a_
         ladder.main([*args, "--seeds", "1"])
     assert len(given) == 2
     assert RunConfig().softpull_lambda == 0.99  # the value the edit stands in for
+
+
+def test_a_finished_cell_writes_its_rows_config_and_table_together(tmp_path):
+    # Prepare: two cells of a study whose rows are (kind, site, value); the table counts the CSV's lines
+    csv_path = tmp_path / "results.csv"
+    tables = []
+
+    def write_table() -> None:
+        tables.append(len(csv_path.read_text().splitlines()))
+
+    settings = {"dataset": "synthetic-fundus", "strategy": "fedavg", "seed": 0, "data-seed": 0}
+
+    # Execute
+    record_finished_cell(csv_path, ("dataset", "seed", "kind", "site", "value"), ("synthetic-fundus", 0),
+                         [("test", "site-1", 0.123456789), ("seconds", "", 2.0)], settings, write_table)
+    record_finished_cell(csv_path, ("dataset", "seed", "kind", "site", "value"), ("synthetic-fundus", 1),
+                         [("test", "site-1", 0.5)], {**settings, "seed": 1}, write_table)
+
+    # Assert: one header, each row prefixed by its cell, values with 6 decimals; the table saw every row so far
+    assert csv_path.read_text().splitlines() == [
+        "dataset,seed,kind,site,value", "synthetic-fundus,0,test,site-1,0.123457",
+        "synthetic-fundus,0,seconds,,2.000000", "synthetic-fundus,1,test,site-1,0.500000"]
+    assert tables == [3, 4]
+    assert set(read_cell_configs(tmp_path)) == {("synthetic-fundus", 0), ("synthetic-fundus", 1)}
 
 
 def test_the_machine_is_named_with_its_cpu_model_and_count(tmp_path):
