@@ -6,7 +6,9 @@ import itertools
 
 import numpy as np
 import pytest
+from support import site_generators
 
+from fedsm_core.data import synthetic_fundus
 from fedsm_core.data.arrays import SegArrays
 from fedsm_core.data.synthetic_fundus import (
     FUNDUS_SITES,
@@ -63,21 +65,11 @@ def test_masks_binary_cup_inside_nonempty_disc(sites):
 
 
 def test_deterministic_and_seed_dependent():
-    a = generate_site(2, image_size=48, scale=SCALE, seed=3)
-    b = generate_site(2, image_size=48, scale=SCALE, seed=3)
-    c = generate_site(2, image_size=48, scale=SCALE, seed=4)
-    for split in ("train", "val", "test"):
-        assert np.array_equal(getattr(a, split).images, getattr(b, split).images)
-        assert np.array_equal(getattr(a, split).masks, getattr(b, split).masks)
-        assert getattr(a, split).ids == getattr(b, split).ids
-    assert not np.array_equal(a.train.images, c.train.images)
-    assert not np.array_equal(a.train.masks, c.train.masks)
+    site_generators.check_deterministic_and_seed_dependent(synthetic_fundus, SCALE)
 
 
 def test_site_generated_alone_matches_site_in_federation(sites):
-    alone = generate_site(4, image_size=SIZE, scale=SCALE, seed=0)
-    assert np.array_equal(alone.test.images, sites[4].test.images)
-    assert np.array_equal(alone.test.masks, sites[4].test.masks)
+    site_generators.check_site_alone_matches_federation(synthetic_fundus, sites, SIZE, SCALE)
 
 
 @pytest.mark.parametrize(
@@ -112,32 +104,13 @@ def test_annotation_protocols_differ(sites):
     assert cup_to_disc[0] > 2.0 * cup_to_disc[5]
 
 
-@pytest.mark.parametrize(
-    ("call", "name"),
-    [
-        (lambda: generate_site(-1), "site_index"),
-        (lambda: generate_site(6), "site_index"),
-        (lambda: generate_site(1.5), "site_index"),
-        (lambda: generate_site(0, image_size=16), "image_size"),
-        (lambda: generate_site(0, scale=0.0), "scale"),
-        (lambda: generate_site(0, scale=-1.0), "scale"),
-        (lambda: generate_site(0, seed=-1), "seed"),
-        (lambda: site_size(7, 0.5), "site_index"),
-        (lambda: site_size(0, float("nan")), "scale"),
-        (lambda: generate_sites(num_sites=0), "num_sites"),
-        (lambda: generate_sites(num_sites=7), "num_sites"),
-    ],
-)
-def test_bad_arguments_raise(call, name):
-    with pytest.raises(ValueError, match=name):
-        call()
+@pytest.mark.parametrize(("function", "args", "kwargs", "name"), site_generators.BAD_ARGUMENTS)
+def test_bad_arguments_raise(function, args, kwargs, name):
+    site_generators.check_bad_argument(synthetic_fundus, function, args, kwargs, name)
 
 
 def test_error_message_names_value_and_range():
-    with pytest.raises(ValueError, match=r"site_index must be an integer in 0\.\.5, got 9"):
-        generate_site(9)
-    with pytest.raises(ValueError, match=r"image_size must be an integer >= 32, got 31"):
-        generate_site(0, image_size=31)
+    site_generators.check_error_names_value_and_range(synthetic_fundus)
 
 
 def test_seg_arrays_rejects_inconsistent_sizes():

@@ -8,8 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from support import site_generators
 
-from fedsm_core.data import synthetic_fundus
+from fedsm_core.data import synthetic_fundus, synthetic_prostate
 from fedsm_core.data.cases import named_case
 from fedsm_core.data.synthetic_prostate import (
     PAPER_SITE_SIZES,
@@ -190,23 +191,11 @@ def test_gland_is_not_an_intensity_band(sites):
 
 
 def test_deterministic_and_seed_dependent():
-    a = generate_site(2, image_size=48, scale=SCALE, seed=3)
-    b = generate_site(2, image_size=48, scale=SCALE, seed=3)
-    c = generate_site(2, image_size=48, scale=SCALE, seed=4)
-    for split in ("train", "val", "test"):
-        assert np.array_equal(getattr(a, split).images, getattr(b, split).images)
-        assert np.array_equal(getattr(a, split).masks, getattr(b, split).masks)
-        assert getattr(a, split).ids == getattr(b, split).ids
-    assert not np.array_equal(a.train.images, c.train.images)
-    assert not np.array_equal(a.train.masks, c.train.masks)
+    site_generators.check_deterministic_and_seed_dependent(synthetic_prostate, SCALE)
 
 
 def test_site_generated_alone_matches_site_in_federation(sites):
-    alone = generate_site(4, image_size=SIZE, scale=SCALE, seed=0)
-    assert np.array_equal(alone.test.images, sites[4].test.images)
-    assert np.array_equal(alone.test.masks, sites[4].test.masks)
-    first_two = generate_sites(num_sites=2, image_size=SIZE, scale=SCALE, seed=0)
-    assert np.array_equal(first_two[1].train.images, sites[1].train.images)
+    site_generators.check_site_alone_matches_federation(synthetic_prostate, sites, SIZE, SCALE)
 
 
 @pytest.mark.parametrize(
@@ -300,35 +289,26 @@ def test_low_resolution_sites_are_blurrier(sites):
         assert sharpness[sharp] > 1.3 * sharpness[blurred], (sharp, blurred)
 
 
+@pytest.mark.parametrize(("function", "args", "kwargs", "name"), site_generators.BAD_ARGUMENTS)
+def test_bad_arguments_raise(function, args, kwargs, name):
+    site_generators.check_bad_argument(synthetic_prostate, function, args, kwargs, name)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [
-        (lambda: generate_site(-1), "site_index"),
-        (lambda: generate_site(6), "site_index"),
-        (lambda: generate_site(1.5), "site_index"),
         (lambda: generate_site(True), "site_index"),
-        (lambda: generate_site(0, image_size=16), "image_size"),
-        (lambda: generate_site(0, scale=0.0), "scale"),
-        (lambda: generate_site(0, scale=-1.0), "scale"),
         (lambda: generate_site(0, scale="0.5"), "scale"),
-        (lambda: generate_site(0, seed=-1), "seed"),
-        (lambda: site_size(7, 0.5), "site_index"),
-        (lambda: site_size(0, float("nan")), "scale"),
         (lambda: voxel_spacing(6, 64), "site_index"),
         (lambda: voxel_spacing(0, 16), "image_size"),
-        (lambda: generate_sites(num_sites=0), "num_sites"),
-        (lambda: generate_sites(num_sites=7), "num_sites"),
     ],
 )
-def test_bad_arguments_raise(call, name):
+def test_prostate_specific_bad_arguments_raise(call, name):
     with pytest.raises(ValueError, match=name):
         call()
 
 
 def test_error_message_names_value_and_range():
-    with pytest.raises(ValueError, match=r"site_index must be an integer in 0\.\.5, got 9"):
-        generate_site(9)
-    with pytest.raises(ValueError, match=r"image_size must be an integer >= 32, got 31"):
-        generate_site(0, image_size=31)
+    site_generators.check_error_names_value_and_range(synthetic_prostate)
     with pytest.raises(ValueError, match=r"scale must be a finite number > 0, got inf"):
         generate_site(0, scale=float("inf"))
