@@ -2,7 +2,9 @@ r"""One malicious site of six against each aggregation: the honest sites' test D
 
 Each cell is one whole federated run through the real ServerApp and ClientApps
 in this process (:mod:`experiments.in_process_app`): a dataset, a method, an
-attack made by ``--attacked-site`` (``none``: the same run without one), an
+attack made by ``--attacked-site`` (``none``: the same run without one;
+``absent``: the run without that site at all, ``held-out-site``, which is the
+most a defence that left it out of every round could keep), an
 ``aggregation`` (``<name>+clip`` also sets ``clip-update-norm = --clip-factor``;
 ``filtered-mean+cosine`` sets ``filter-min-cosine = --min-cosine``;
 ``filtered-mean+memory`` sets ``filter-memory = true``)
@@ -39,6 +41,7 @@ from fedsm_core.config import RunConfig
 from fedsm_core.methods import METHODS
 
 NONE = "none"
+ABSENT = "absent"  # not an attack: the attacked site leaves the federation (held-out-site), a perfect filter's bound
 CLIPPED = "+clip"  # an aggregation name with this suffix also cuts updates to --clip-factor x the median norm
 DIRECTED = "filtered-mean+cosine"  # the filtered mean with its direction bound (filter-min-cosine = --min-cosine)
 REMEMBERING = "filtered-mean+memory"  # the filtered mean with its memory of each site's distance ratios (filter-memory)
@@ -64,13 +67,15 @@ def cell_overrides(cell: Cell, rounds: int, attacked_site: str, scale: float, ex
                    clip_factor: float = 2.0, min_cosine: float = 0.0) -> dict[str, object]:
     """The run config of one cell: ``extra`` plus the cell's dataset, method, attack, aggregation and seed."""
     dataset, method, attack, aggregation, seed = cell
-    plan = "" if attack == NONE else f"{attacked_site}:{attack}"
+    plan = "" if attack in (NONE, ABSENT) else f"{attacked_site}:{attack}"
     name = "filtered-mean" if aggregation in (DIRECTED, REMEMBERING) else aggregation.removesuffix(CLIPPED)
     values = {"eval-every": rounds, **MEASURED_WITH, **extra, "dataset": dataset, "strategy": method, "seed": seed,
               "data-seed": seed, "num-server-rounds": rounds, "aggregation": name, "attack": plan,
               "attack-scale": scale, "clip-update-norm": clip_factor if aggregation.endswith(CLIPPED) else 0.0,
               "filter-min-cosine": min_cosine if aggregation == DIRECTED else -1.0,
               "filter-memory": aggregation == REMEMBERING}
+    if attack == ABSENT:
+        values["held-out-site"] = attacked_site
     RunConfig.from_mapping(values)  # every cell's settings are checked before the first one trains
     return values
 
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--datasets", nargs="+", default=["synthetic-fundus", "synthetic-fundus-style"])
     parser.add_argument("--methods", nargs="+", default=["fedavg", "fedsm"], choices=sorted(METHODS))
-    parser.add_argument("--attacks", nargs="+", default=[NONE, *ATTACKS], choices=[NONE, *ATTACKS])
+    parser.add_argument("--attacks", nargs="+", default=[NONE, *ATTACKS], choices=[NONE, ABSENT, *ATTACKS])
     parser.add_argument("--aggregations", nargs="+", default=list(AGGREGATIONS),
                         choices=[*AGGREGATIONS, *(name + CLIPPED for name in AGGREGATIONS), DIRECTED, REMEMBERING])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])

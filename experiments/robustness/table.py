@@ -105,7 +105,8 @@ def write_table(csv_path: Path, out: Path, attacked_site: str = "site-6") -> Pat
               "Columns are `run_robustness` aggregations: `filtered-mean` is each round judged on its own "
               "(`filter-memory = false`), `filtered-mean+cosine` adds the direction bound, `filtered-mean+memory` "
               "the memory of each site's distance ratios (`filter-memory = true`, the default), `<name>+clip` "
-              "adds `clip-update-norm`.", ""]
+              "adds `clip-update-norm`. The row `absent` is no attack but the run without the attacked site "
+              "(`held-out-site`): the most a defence that left it out of every round could keep.", ""]
     out.write_text("\n".join(header + table_lines(dice, seconds)))
     _plot(dice, out.parent / "plot.png")
     return out

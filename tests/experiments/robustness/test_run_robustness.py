@@ -18,7 +18,7 @@ def test_a_study_writes_every_cell_once_and_a_second_sitting_trains_nothing(tmp_
     # Prepare
     monkeypatch.setenv("FEDSM_SITE_STATE", str(tmp_path / "site-state"))
     args = ["--out", str(tmp_path / "study"), "--datasets", "synthetic-fundus", "--methods", "fedavg",
-            "--attacks", "none", "sign-flip", "--aggregations", "median", "--rounds", "1",
+            "--attacks", "none", "sign-flip", "absent", "--aggregations", "median", "--rounds", "1",
             "--run-config", TINY]
 
     # Execute
@@ -26,13 +26,17 @@ def test_a_study_writes_every_cell_once_and_a_second_sitting_trains_nothing(tmp_
     monkeypatch.setattr(run_robustness, "run_cell", lambda *a: pytest.fail("a finished cell was trained again"))
     assert run_robustness.main(args) == 0
 
-    # Assert: two cells, each with six sites' test Dice and its seconds per round; the table has them all
+    # Assert: three cells, each with its sites' test Dice (the absent site's not: it never trained) and its
+    # seconds per round; the table has them all
     with (tmp_path / "study" / "results.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert {(r["attack"], r["aggregation"]) for r in rows} == {("none", "median"), ("sign-flip", "median")}
-    assert sum(r["kind"] == "test" for r in rows) == 2 * 6 and sum(r["kind"] != "test" for r in rows) == 2
+    assert {(r["attack"], r["aggregation"]) for r in rows} == {("none", "median"), ("sign-flip", "median"),
+                                                               ("absent", "median")}
+    tested = {a: [r["site"] for r in rows if r["attack"] == a and r["kind"] == "test"] for a in ("none", "absent")}
+    assert len(tested["none"]) == 6 and sorted(tested["absent"]) == sorted(set(tested["none"]) - {"site-6"})
+    assert sum(r["kind"] == "test" for r in rows) == 6 + 6 + 5 and sum(r["kind"] != "test" for r in rows) == 3
     table = (tmp_path / "study" / "table.md").read_text()
-    assert "| sign-flip |" in table and (tmp_path / "study" / "plot.png").stat().st_size > 0
+    assert "| sign-flip |" in table and "| absent |" in table and (tmp_path / "study" / "plot.png").stat().st_size > 0
     assert (tmp_path / "study" / "commands.md").read_text().count("cells finished at the start") == 2
 
 
@@ -60,6 +64,15 @@ def test_the_remembering_filtered_mean_turns_the_memory_on_and_the_others_leave_
     assert (remembering["aggregation"], remembering["filter-memory"], remembering["filter-min-cosine"]) == (
         "filtered-mean", True, -1.0)
     assert (directed["aggregation"], directed["filter-memory"]) == ("filtered-mean", False)
+
+
+def test_an_absent_site_is_held_out_of_the_run_and_attacks_nothing():
+    absent = run_robustness.cell_overrides(("d.toml", "fedavg", "absent", "mean", 1), 30, "site-3", 4.0, {})
+    clean = run_robustness.cell_overrides(("d.toml", "fedavg", "none", "mean", 1), 30, "site-3", 4.0, {})
+    attacked = run_robustness.cell_overrides(("d.toml", "fedavg", "sign-flip", "mean", 1), 30, "site-3", 4.0, {})
+    assert (absent["held-out-site"], absent["attack"]) == ("site-3", "")
+    assert "held-out-site" not in clean and "held-out-site" not in attacked  # the other cells' configs stay as recorded
+    assert attacked["attack"] == "site-3:sign-flip"
 
 
 def test_fedsm_only_attacks_are_planned_for_fedsm_alone():
