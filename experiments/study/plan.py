@@ -19,6 +19,9 @@ run shares, per-dataset settings chosen on validation (``chosen.json`` of
     [run-config]        # every run
     image-size = 64
 
+    [measured-with]     # optional: defaults that changed after the study's first runs
+    aggregation = "mean"
+
     [methods]           # a method that takes its round count from another one
     centralized = { rounds-from = "fedavg" }
     # the same rounds as FedSM's, only what follows the last round differs: finish FedSM's checkpoint
@@ -64,12 +67,25 @@ class StudyPlan:
     # methods whose rounds are their source's (``reuse-rounds``): the study finishes the source's checkpoint of
     # its last round with the method's settings instead of training the rounds again (checked by check_reuse)
     reuse_rounds: frozenset[str] = frozenset()
+    # defaults that changed while the study ran: every run keeps the value its finished runs were measured with,
+    # and the value stays out of a run's key (keyed), so the runs that finished before the change keep theirs
+    measured_with: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def settings(self, dataset: str, method: str) -> dict[str, object]:
         """The run config of ``method`` on ``dataset`` (without the seed and round count), chosen values applied."""
-        base = {**self.run_config, "dataset": dataset}
+        base = {**self.measured_with, **self.run_config, "dataset": dataset}
         chosen = dict(load_chosen(self.chosen.get(dataset), base)[method])
         return {**chosen, **METHOD_SETTINGS.get(method, {"strategy": method})} if method in FEDERATED else chosen
+
+    def keyed(self, settings: Mapping[str, object]) -> dict[str, object]:
+        """What a run's key hashes: ``settings`` without the values ``[measured-with]`` gives them.
+
+        A run's key is then the one it had before the default changed; the
+        record of its whole run config (:mod:`experiments.study.run_configs`)
+        still holds the value, so a run measured with another one is stale.
+        """
+        return {key: value for key, value in settings.items()
+                if key not in self.measured_with or value != self.measured_with[key]}
 
     def jobs(self) -> list[tuple[str, int, str]]:
         """``(dataset, seed, method)`` in run order."""
@@ -163,13 +179,18 @@ def load_plan(path: str | Path) -> StudyPlan:
     fixed = sorted(STUDY_KEYS & set(run_config))
     if fixed:
         raise _error(path, f"[run-config] {fixed}", "are set by the study; remove them ([study] and [stopping] decide)")
+    measured_with = dict(raw.get("measured-with", {}))
+    pinned = sorted((STUDY_KEYS | set(run_config)) & set(measured_with))
+    if pinned:
+        raise _error(path, f"[measured-with] {pinned}", "are set by the study or by [run-config]; name each key in "
+                     "one place ([measured-with] keeps a changed default out of the runs' keys)")
     rounds_from, reuse = _method_options(path, methods, raw.get("methods", {}))
     plan = StudyPlan(
         path=path, datasets=_list(path, study, "datasets", str), methods=methods,
         seeds=_list(path, study, "seeds", int),
         stopping=_stopping(path, raw.get("stopping", {})), run_config=run_config,
         rounds_from=rounds_from, chosen={d: Path(p) for d, p in raw.get("chosen", {}).items()},
-        reuse_rounds=reuse,
+        reuse_rounds=reuse, measured_with=measured_with,
     )
     stray = sorted(set(plan.chosen) - set(plan.datasets))
     if stray:

@@ -11,7 +11,10 @@ resolves to today. A run whose record differs is *stale*, and so is a run that
 takes its round count from a stale one; the sitting stops before anything
 trains and names each stale run with the keys that changed, unless told
 ``--rerun-stale`` (:func:`set_aside` moves its rows to ``stale-results.csv``
-and its folder aside, then it trains again) or ``--keep-stale``.
+and its folder aside, then it trains again) or ``--keep-stale``. A study under
+way keeps measuring with the old value when its plan names it under
+``[measured-with]``: every run then trains with it, and it stays out of the
+runs' keys, so the finished runs keep theirs.
 
 A run that finished before configs were recorded gets its record from its
 run folder's checkpoint (the run config the ServerApp itself resolved) where

@@ -105,7 +105,7 @@ def plan_jobs(plan: StudyPlan) -> list[Job]:
         settings = {**plan.settings(dataset, method), "seed": seed, "data-seed": seed}
         source = plan.rounds_from.get(method)
         source_key = keys[(dataset, seed, source)] if source else None
-        key = run_key(dataset, method, seed, settings, plan.stopping, source_key)
+        key = run_key(dataset, method, seed, plan.keyed(settings), plan.stopping, source_key)
         keys[(dataset, seed, method)] = key
         jobs.append((key, settings, source_key))
     return jobs

@@ -38,6 +38,15 @@ def test_a_method_may_reuse_rounds_that_train_as_its_sources(tmp_path):
     assert plan.reuse_rounds == {"fedsm-softpull"} and plan.rounds_from == {"fedsm-softpull": "fedsm"}
 
 
+def test_measured_with_sets_every_run_and_stays_out_of_what_the_key_hashes(tmp_path):
+    plan = load_plan(_plan(tmp_path, GOOD + '[measured-with]\naggregation = "median"\n'))
+    for method in plan.methods:
+        settings = plan.settings("synthetic-fundus", method)
+        assert settings["aggregation"] == "median"
+        assert "aggregation" not in plan.keyed(settings)
+    assert plan.keyed({"aggregation": "mean", "lr": 0.1}) == {"aggregation": "mean", "lr": 0.1}  # another value counts
+
+
 def test_the_reference_plan_is_valid_and_orders_every_dependency():
     plan = load_plan(ROOT / "experiments" / "plans" / "reference.toml")
     assert len(plan.jobs()) == 4 * 3 * 7  # datasets (fundus, style-only, Drishti, prostate) x seeds x methods
@@ -58,6 +67,10 @@ def test_every_committed_plan_loads(path):
     (GOOD + "[run-config]\nnum-server-rounds = 5\n", r"\['num-server-rounds'\] are set by the study"),
     (GOOD + "[run-config]\nstop-window = 5\n", r"\['stop-window'\] are set by the study"),
     (GOOD + "[run-config]\nlr = -1.0\n", "dataset synthetic-fundus, method fedavg"),
+    (GOOD + '[run-config]\naggregation = "mean"\n[measured-with]\naggregation = "mean"\n',
+     r"\[measured-with\] \['aggregation'\] are set by the study or by \[run-config\]"),
+    (GOOD + "[measured-with]\nseed = 3\n", r"\[measured-with\] \['seed'\] are set by the study"),
+    (GOOD + '[measured-with]\naggregation = "average"\n', "dataset synthetic-fundus, method fedavg.*aggregation"),
     (GOOD.replace("seeds = [0]", "seeds = []"), r"seeds = \[\] must be a non-empty list"),
     (GOOD + '[chosen]\n"synthetic-prostate" = "x.json"\n', r"\['synthetic-prostate'\] are not datasets"),
     (GOOD.replace('"fedavg" }', '"fedavg", reuse = true }'), "may set .*rounds-from.*reuse-rounds.* only"),

@@ -112,6 +112,29 @@ def test_rerun_stale_trains_the_run_and_those_that_take_its_rounds_again_and_kee
     assert len(launch.calls) == 1
 
 
+def test_measured_with_keeps_a_changed_default_for_the_finished_runs_and_their_keys(finished_study):
+    # Prepare: the runs were measured with aggregation = "median", today's default is "mean"
+    args, out, pooled = finished_study
+    plan = args[1]
+    old_keys = [key for key, _, _ in study.plan_jobs(study.load_plan(plan))]
+    for method in ("fedavg", "centralized"):
+        _change_recorded(out, method, "aggregation", "median")
+    with pytest.raises(ValueError, match=r"fedavg seed 0: aggregation: 'median' -> 'mean'"):
+        study.main(args, launch=FakeFlower())
+
+    # Execute: the plan pins the value its runs were measured with
+    with open(plan, "a") as handle:
+        handle.write('[measured-with]\naggregation = "median"\n')
+    launch = FakeFlower()
+    study.main(args, launch=launch)
+
+    # Assert: same keys, nothing stale, nothing trained again; a new run would train with the pinned value
+    jobs = study.plan_jobs(study.load_plan(plan))
+    assert [key for key, _, _ in jobs] == old_keys
+    assert launch.calls == [] and len(pooled) == 1
+    assert all(settings["aggregation"] == "median" for _, settings, _ in jobs)
+
+
 def test_a_run_finished_unrecorded_is_checked_from_its_checkpoint_else_reported_unchecked(finished_study, capsys):
     args, out, _ = finished_study
     (out / CONFIGS_FILE).unlink()  # finished before the study recorded configs
