@@ -9,8 +9,10 @@ For each dataset and method: the client average of the test Dice over the
 honest sites (every site but the attacked one, in every cell alike), mean over
 the seeds each cell has, one row per attack and one column per aggregation; in
 brackets the change from the run without attack under the mean, in Dice points.
-Then the cost of each aggregation without attack: its Dice change and its
-seconds per round against the mean. ``plot.png`` beside the table shows the
+Then the cost of each aggregation without attack: its Dice change (over the
+honest sites, and over every site: without attack the attacked site is honest
+too, and a filter that left it out would cost it most) and its seconds per
+round against the mean. ``plot.png`` beside the table shows the
 same numbers as bars.
 """
 
@@ -31,8 +33,12 @@ COLUMNS = ("dataset", "method", "attack", "aggregation", "seed", "kind", "site",
 Key = tuple[str, str, str, str]  # dataset, method, attack, aggregation
 
 
-def honest_scores(csv_path: Path, attacked_site: str) -> tuple[dict[Key, dict[int, float]], dict[Key, list[float]]]:
-    """Per cell: the honest sites' client-average test Dice by seed, and the seconds per round."""
+def honest_scores(csv_path: Path, attacked_site: str | None) -> tuple[dict[Key, dict[int, float]],
+                                                                     dict[Key, list[float]]]:
+    """Per cell: the honest sites' client-average test Dice by seed, and the seconds per round.
+
+    With ``attacked_site = None`` every site counts.
+    """
     per_seed: dict[tuple[Key, int], list[float]] = defaultdict(list)
     seconds: dict[Key, list[float]] = defaultdict(list)
     with csv_path.open() as handle:
@@ -60,8 +66,10 @@ def change_points(values: dict[int, float], base: dict[int, float] | None) -> fl
     return 100 * statistics.mean(values[seed] - base[seed] for seed in shared)
 
 
-def table_lines(dice: dict[Key, dict[int, float]], seconds: dict[Key, list[float]]) -> list[str]:
-    """The markdown sections, one per dataset and method."""
+def table_lines(dice: dict[Key, dict[int, float]], seconds: dict[Key, list[float]],
+                every_site: dict[Key, dict[int, float]] | None = None) -> list[str]:
+    """The markdown sections, one per dataset and method; ``every_site``: the client average over all sites."""
+    every_site = every_site or {}
     lines = []
     for dataset, method in sorted({key[:2] for key in dice}):
         keys = [key for key in dice if key[:2] == (dataset, method)]
@@ -74,14 +82,17 @@ def table_lines(dice: dict[Key, dict[int, float]], seconds: dict[Key, list[float
             cells = [_cell(dice.get((dataset, method, attack, g)), base) for g in aggregations]
             lines.append(f"| {attack} | " + " | ".join(cells) + " |")
         lines += ["", "Without attack, against the mean (on the seeds both have):", "", "| aggregation | Dice change "
-                  "(points) | seconds per round | seconds against the mean |", "|---|---|---|---|"]
+                  "(points) | every site's change | seconds per round | seconds against the mean |",
+                  "|---|---|---|---|---|"]
         mean_seconds = seconds.get((dataset, method, "none", "mean"))
         for g in aggregations:
             key = (dataset, method, "none", g)
             change = change_points(dice[key], base) if key in dice else None
             if change is not None and key in seconds and mean_seconds:
                 ratio = statistics.mean(seconds[key]) / statistics.mean(mean_seconds)
-                lines.append(f"| {g} | {change:+.2f} | {statistics.mean(seconds[key]):.1f} | {ratio:.2f}x |")
+                everyone = change_points(every_site.get(key, {}), every_site.get((dataset, method, "none", "mean")))
+                shown = "-" if everyone is None else f"{everyone:+.2f}"
+                lines.append(f"| {g} | {change:+.2f} | {shown} | {statistics.mean(seconds[key]):.1f} | {ratio:.2f}x |")
         lines.append("")
     return lines
 
@@ -107,7 +118,8 @@ def write_table(csv_path: Path, out: Path, attacked_site: str = "site-6") -> Pat
               "the memory of each site's distance ratios (`filter-memory = true`, the default), `<name>+clip` "
               "adds `clip-update-norm`. The row `absent` is no attack but the run without the attacked site "
               "(`held-out-site`): the most a defence that left it out of every round could keep.", ""]
-    out.write_text("\n".join(header + table_lines(dice, seconds)))
+    every_site, _ = honest_scores(csv_path, None)
+    out.write_text("\n".join(header + table_lines(dice, seconds, every_site)))
     _plot(dice, out.parent / "plot.png")
     return out
 

@@ -100,6 +100,23 @@ def test_the_table_averages_the_honest_sites_only_and_reports_points_against_the
     assert "| sign-flip | 0.4500 (-40.0) |" in table
 
 
+def test_the_cost_without_attack_is_also_given_over_every_site(tmp_path):
+    # Prepare: without attack the filtered mean keeps sites 1-2 as the mean (0.8 / 0.9) but costs site-6 0.3
+    path = tmp_path / "results.csv"
+    rows = [("d", "fedavg", "none", aggregation, 0, "test", site, value)
+            for aggregation, values in (("mean", (0.8, 0.9, 0.7)), ("filtered-mean", (0.8, 0.9, 0.4)))
+            for site, value in zip(("site-1", "site-2", "site-6"), values, strict=True)]
+    rows += [("d", "fedavg", "none", g, 0, "seconds-per-round", "", 2.0) for g in ("mean", "filtered-mean")]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([COLUMNS, *rows])
+
+    # Execute
+    table = write_table(path, tmp_path / "table.md").read_text()
+
+    # Assert: the honest sites' change is 0; over the three sites (0.8 + 0.9 + 0.4) / 3 - 0.8 = -10 points
+    assert "| filtered-mean | +0.00 | -10.00 | 2.0 | 1.00x |" in table
+
+
 def test_a_change_is_measured_on_the_seeds_the_cell_shares_with_the_clean_run():
     # the clean run has seeds 0 (0.90) and 1 (0.80); the attacked cell only seed 0 (0.88): -2 points, not +3
     assert change_points({0: 0.88}, {0: 0.90, 1: 0.80}) == pytest.approx(-2.0)
