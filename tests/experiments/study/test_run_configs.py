@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ import fedsm_core.run_files.checkpoint as checkpoints
 from experiments.study.run_configs import (
     CONFIGS_FILE,
     STALE_ROWS_FILE,
+    check_configs,
     differences,
     label,
     read_configs,
@@ -181,3 +183,18 @@ def test_a_checkpoint_from_before_a_key_existed_takes_the_value_that_reproduces_
     monkeypatch.setitem(checkpoints.BEFORE_THE_KEY, "min-local-steps", 5)
     with pytest.raises(ValueError, match="fedavg seed 0: min-local-steps: 5 -> 0"):
         study.main(args, launch=FakeFlower())
+
+
+@pytest.mark.parametrize("name", ["reference-defaults", "min-local-steps"])
+def test_a_committed_study_still_names_its_finished_runs_and_none_is_stale(name):
+    # A default changed without the plan's [measured-with] would orphan these runs (new keys) or make them stale
+    root = Path(__file__).resolve().parents[3]
+    out = root / "experiments" / "results" / name
+    jobs = study.plan_jobs(study.load_plan(root / "experiments" / "plans" / f"{name}.toml"))
+    recorded = read_rows(out / "results.csv")
+    finished = {key for key, _, _ in jobs if study.finished_rows(key, out / "no-runs", recorded) is not None}
+
+    assert {row["run"] for row in recorded} == {key.digest for key in finished}
+    check = check_configs(jobs, finished, read_configs(out), out / "no-runs")
+    assert check.stale == {}
+    assert len(check.unchecked) < len(finished)  # runs recorded before configs were are unchecked, not the rest
