@@ -41,9 +41,10 @@ PER_RUN_KEYS = frozenset({"seed", "data-seed", "output-dir", "resume-from", "dev
 # Settings whose default changed after a study's committed cells were measured. Each study puts these under its
 # own overrides, so a later sitting's cells are measured like the committed ones (a variant may still override).
 # The defaults changed after these cells: gamma-selection became "client-average", input-norm "per-image",
-# fine-tune-passes 30 (experiments.ladder.final_fine_tuning re-scores the ladder's FedSM checkpoints with it).
+# fine-tune-passes 30 (experiments.ladder.final_fine_tuning re-scores the ladder's FedSM checkpoints with it),
+# aggregation "filtered-mean" (the robustness study names its aggregation in every cell).
 MEASURED_WITH = {"gamma-selection": "validation", "input-norm": "none",
-                 "fine-tune-passes": 0}
+                 "fine-tune-passes": 0, "aggregation": "mean"}
 
 
 @contextlib.contextmanager

@@ -342,7 +342,8 @@ def _check_across(config: RunConfig) -> None:
     if config.aggregation != "mean" and config.step_normalization != "none":
         raise ValueError(f"aggregation = '{config.aggregation}' with step-normalization = "
                          f"'{config.step_normalization}': FedNova's average weighs each site's update by its steps, "
-                         "which a robust statistic does not; use one of them")
+                         "which a robust statistic does not; set aggregation = 'mean' for FedNova, or "
+                         "step-normalization = 'none'")
     fedsm_attacks = sorted({kind for _, kind in config.attack_settings.items() if kind in FEDSM_ONLY})
     if fedsm_attacks and family != "fedsm":
         raise ValueError(f"attack = '{config.attack}': {fedsm_attacks} attack FedSM's personalized models or "

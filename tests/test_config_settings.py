@@ -62,7 +62,7 @@ def test_every_owned_key_reaches_its_owners_field():
     # average, and final fine-tuning needs a fixed number of rounds, so each is changed on its own below
     alone = {"local-steps", "aggregation", "fine-tune-passes"}
     assert set(CHANGED) | alone == set(OWNED), "CHANGED must cover every owned key"
-    config = RunConfig.from_mapping({"strategy": "fedsm", "num-server-rounds": 10, **CHANGED})
+    config = RunConfig.from_mapping({"strategy": "fedsm", "num-server-rounds": 10, "aggregation": "mean", **CHANGED})
 
     # Assert: each owner's field holds the changed value
     for key, value in CHANGED.items():

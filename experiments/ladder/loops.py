@@ -164,12 +164,13 @@ def fedavg_round(weights: Weights, train_sites: list[SiteSplits], spec: ModelSpe
         updates.append(update)
         steps.append(metrics["steps"])
     if deltas:  # the app's ScaffoldStrategy.after_aggregation
-        state["server-control"] = update_server_control(state["server-control"], deltas, len(train_sites))
+        state["server-control"] = update_server_control(state["server-control"], deltas, len(train_sites),
+                                                        config.aggregation_settings)
     if config.optimizer_state == "averaged":
         state["averaged-optimizer"] = optimizer.average([u.optimizer_state for u in updates],
                                                         [u.num_examples for u in updates])
     return optimizer.aggregate(weights, [u.weights for u in updates], [u.num_examples for u in updates], steps,
-                               server_round)
+                               server_round, [site.name for site in train_sites])
 
 
 def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
@@ -183,7 +184,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
         torch.manual_seed(config.seed)  # the app's initial model (server_app.strategies.builder)
         state = {"round": 0, "weights": get_weights(spec.build_segmentation()), "curve": [], "seconds": 0.0}
     state = {**round_state(spec), **state}  # the ladder's first checkpoints lack some of it
-    optimizer = ServerOptimizer(config.server_settings)
+    optimizer = ServerOptimizer(config.server_settings, config.aggregation_settings)
     optimizer.load_state_dict(state["server-optimizer"])
     while state["round"] < config.num_server_rounds:
         began, server_round = time.monotonic(), state["round"] + 1

@@ -129,7 +129,7 @@ def test_robust_soft_pull_under_mean_is_soft_pull():
     personalized = _personalized(np.random.default_rng(1), 5)
 
     # Execute
-    ours, theirs = robust_soft_pull(personalized, 0.6, AggregationSettings()), soft_pull(personalized, 0.6)
+    ours, theirs = robust_soft_pull(personalized, 0.6, AggregationSettings("mean")), soft_pull(personalized, 0.6)
 
     # Assert
     for site, expected in theirs.items():

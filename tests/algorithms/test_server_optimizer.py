@@ -8,6 +8,7 @@ from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord, Rec
 from flwr.serverapp.strategy import FedAdam, FedAvgM, FedYogi
 
 from fedsm_core.algorithms.aggregation import weighted_average
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer, ServerOptimizerSettings
 
 SIZES = [3, 1, 2]
@@ -100,7 +101,8 @@ def test_equal_site_weighting_counts_every_site_once(normalization):
 
     def aggregate(weighting: str, sizes: list[float]) -> float:
         settings = ServerOptimizerSettings(step_normalization=normalization, site_weighting=weighting)
-        return float(ServerOptimizer(settings).aggregate(current, sites, sizes, [1.0, 3.0], 1)["p"][0])
+        optimizer = ServerOptimizer(settings, AggregationSettings("mean"))
+        return float(optimizer.aggregate(current, sites, sizes, [1.0, 3.0], 1)["p"][0])
 
     # Execute / Assert: by size (1 * 2 + 3 * 6) / 4 = 5; equal (2 + 6) / 2 = 4.
     # FedNova: d_k = Delta_k / tau_k = 2 and 2; tau_eff = sum p_k tau_k = 2.5 (size) or 2 (equal): 5 and 4 again.

@@ -35,8 +35,8 @@ def test_norms_and_the_clip_by_hand():
 def test_the_server_optimizer_clips_before_it_averages_and_zero_turns_it_off():
     # Prepare
     sites = [_site((3.0, 4.0), 0.0), _site((0.0, 0.0), 1.0), _site((30.0, 40.0), 0.0)]
-    clipping = ServerOptimizer(ServerOptimizerSettings(), AggregationSettings(clip_update_norm=2.0))
-    plain = ServerOptimizer(ServerOptimizerSettings(), AggregationSettings())
+    clipping = ServerOptimizer(ServerOptimizerSettings(), AggregationSettings("mean", clip_update_norm=2.0))
+    plain = ServerOptimizer(ServerOptimizerSettings(), AggregationSettings("mean"))
 
     # Execute
     clipped = clipping.aggregate(START, sites, [1, 1, 1], [1, 1, 1], 1)

@@ -47,7 +47,8 @@ def _app_rounds(settings: dict[str, object], rounds: int):
     # after round 1), what APFL keeps at each site, the server's averaged selector moments, the server's
     # Adam and FedNova's steps (which travel in replies), and each site's own Adam states
     ({"amplitude-normalization": True, "personalization": "apfl", "selector-moments": "averaged",
-      "server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova", "optimizer-state": "local",
+      "server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova", "aggregation": "mean",
+      "optimizer-state": "local",
       "style-augmentation": 0.5}, 2),
 ], ids=["defaults", "kept-and-changed-state"])
 def test_the_in_process_loop_equals_the_apps_round_for_round(extra, rounds):

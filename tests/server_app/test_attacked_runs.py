@@ -1,4 +1,4 @@
-"""A whole in-process run with a simulated malicious site: the mean is wrecked, the trimmed mean is not.
+"""A whole in-process run with a simulated malicious site: the mean is wrecked, the robust aggregations are not.
 
 Four FedAvg rounds on tiny generated sites, through the real ServerApp and
 ClientApp handlers (``tests/support/in_process_grid.py``). site-6 sends its
@@ -27,16 +27,18 @@ def _honest_test_dice(rows) -> float:
                            and r["site"].startswith("site-") and r["site"] != "site-6")
 
 
-def test_a_sign_flipping_site_wrecks_the_mean_but_not_the_trimmed_mean(in_process_app):
-    # Execute: the same run without attack, attacked under the mean, attacked under the trimmed mean
-    _, clean, _ = in_process_app(RUN, name="clean")
-    _, wrecked, _ = in_process_app(f"{RUN} {ATTACK}", name="mean")
+def test_a_sign_flipping_site_wrecks_the_mean_but_not_the_trimmed_mean_nor_the_default(in_process_app):
+    # Execute: the same run without attack, attacked under the mean, the trimmed mean and the default (filtered mean)
+    _, clean, _ = in_process_app(f"{RUN} aggregation='mean'", name="clean")
+    _, wrecked, _ = in_process_app(f"{RUN} {ATTACK} aggregation='mean'", name="mean")
     folder, trimmed, _ = in_process_app(f"{RUN} {ATTACK} aggregation='trimmed-mean'", name="trimmed")
+    _, default, _ = in_process_app(f"{RUN} {ATTACK}", name="default")
 
-    # Assert: under the mean the honest sites lose most of what they learned; the trimmed mean keeps most of it
+    # Assert: under the mean the honest sites lose most of what they learned; the robust ones keep most of it
     base = _honest_test_dice(clean)
     assert _honest_test_dice(wrecked) < 0.25 * base
     assert _honest_test_dice(trimmed) > 0.5 * base
+    assert _honest_test_dice(default) > 0.5 * base
     summary = (folder / "summary.md").read_text()
     assert "simulated attack: site-6 is malicious (sign-flip, attack-scale 4); aggregation = trimmed-mean" in summary
 

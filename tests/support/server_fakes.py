@@ -122,23 +122,30 @@ LAM = 0.5  # SoftPull: own model * 0.5, each of the two others * 0.25
 
 
 def fedsm_strategy(gamma: float = 0.5, min_replies: int = 1):
-    """A FedSM strategy over the three sites: global (0, 0), personalized models a, b, c distinct."""
+    """A FedSM strategy over the three sites: global (0, 0), personalized models a, b, c distinct.
+
+    It averages with the mean (the paper's), which the hand-computed values of
+    these tests assume; the robust aggregations have tests of their own.
+    """
     from fedsm_core.algorithms.fedsm.fedsm import FedSM
+    from fedsm_core.algorithms.robust_aggregation import AggregationSettings
     from server_app.round_plan import RoundPlan
     from server_app.strategies.fedsm import FedSMStrategy
 
-    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM)
+    mean = AggregationSettings("mean")
+    fedsm = FedSM(SITES, w(0.0, 0.0), {"s": np.array([0.0])}, LAM, aggregation=mean)
     fedsm.personalized = {"site-a": w(1.0, 1.0), "site-b": w(2.0, 2.0), "site-c": w(0.0, 4.0)}
-    return FedSMStrategy(fedsm, NODES, RoundPlan(5, 1, min_replies), EvaluationLog(), gamma=gamma)
+    return FedSMStrategy(fedsm, NODES, RoundPlan(5, 1, min_replies, aggregation=mean), EvaluationLog(), gamma=gamma)
 
 
 def fedavg_strategy(initial: dict[str, np.ndarray] | None = None, min_replies: int = 1):
-    """A FedAvg strategy over the three sites, from ``initial`` (default: the zero model ``w(0, 0)``)."""
+    """A FedAvg strategy over the three sites, from ``initial`` (default: the zero model ``w(0, 0)``), the mean's."""
+    from fedsm_core.algorithms.robust_aggregation import AggregationSettings
     from server_app.round_plan import RoundPlan
     from server_app.strategies.fedavg import FedAvgStrategy
 
-    return FedAvgStrategy(initial if initial is not None else w(0.0, 0.0), NODES, RoundPlan(5, 1, min_replies),
-                          EvaluationLog())
+    plan = RoundPlan(5, 1, min_replies, aggregation=AggregationSettings("mean"))
+    return FedAvgStrategy(initial if initial is not None else w(0.0, 0.0), NODES, plan, EvaluationLog())
 
 
 def model_reply(site: str, weights: dict[str, np.ndarray], num_examples: int, **extra):

@@ -48,7 +48,7 @@ def _app_fedavg(settings: dict[str, object], rounds: int):
 
 
 @pytest.mark.parametrize("server", [{}, {"server-optimizer": "adam", "server-lr": 0.01, "step-normalization": "fednova",
-                                         "site-weighting": "equal", "optimizer-state": "local"},
+                                         "site-weighting": "equal", "optimizer-state": "local", "aggregation": "mean"},
                                     {"strategy": "fedprox", "proximal-mu": 0.1, "style-augmentation": 0.5},
                                     {"strategy": "scaffold", "optimizer-state": "averaged"}],
                          ids=["fedavg", "fednova-fedadam-local-adam", "fedprox", "scaffold-averaged-adam"])
@@ -63,7 +63,8 @@ def test_the_ladders_single_model_rounds_on_the_real_sites_are_the_apps_bit_for_
     start = dict(weights)
 
     # Execute
-    optimizer, state = ServerOptimizer(config.server_settings), ladder_loops.round_state(spec)
+    optimizer, state = ServerOptimizer(config.server_settings, config.aggregation_settings), \
+        ladder_loops.round_state(spec)
     for server_round in (1, 2):
         weights = ladder_loops.fedavg_round(weights, sites, spec, config, server_round, torch.device("cpu"),
                                             optimizer, state)

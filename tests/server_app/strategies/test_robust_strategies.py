@@ -19,6 +19,7 @@ from server_app.round_plan import RoundPlan
 from server_app.strategies.fedavg import FedAvgStrategy, ScaffoldStrategy
 from server_app.strategies.fedbn import FedBNStrategy
 
+MEAN = AggregationSettings("mean")
 MEDIAN = AggregationSettings("median")
 FILTERED = AggregationSettings("filtered-mean")  # with its memory (the default)
 EACH_ROUND = AggregationSettings("filtered-mean", filter_memory=False)  # each round judged on its own
@@ -106,11 +107,11 @@ def test_fedsm_takes_the_median_for_the_global_model_the_selector_and_softpulls_
     np.testing.assert_array_equal(fedsm.personalized["site-d"]["w"], [50.5, -45.0])
 
 
-def test_the_default_mean_is_todays_weighted_average_with_each_claim_capped_at_the_reported_count():
+def test_the_mean_is_fedavgs_weighted_average_with_each_claim_capped_at_the_reported_count():
     # Prepare: the sites reported 10, 30 and 20 training images at discovery; site-c claims 1000
     replies = [model_reply("site-a", w(1.0, 1.0), 10), model_reply("site-b", w(2.0, 2.0), 30),
                model_reply("site-c", w(100.0, -100.0), 1000)]
-    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1), EvaluationLog())
+    strategy = FedAvgStrategy(w(0.0, 0.0), NODES, RoundPlan(5, 1, aggregation=MEAN), EvaluationLog())
 
     # Execute
     strategy.aggregate_train(1, replies)
