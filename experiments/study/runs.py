@@ -191,13 +191,19 @@ def metric_rows(rows: Sequence[Mapping[str, str]]) -> list[tuple[str, ...]]:
 def completes(chunk: Chunk, fixed_rounds: int | None, rule: StoppingRule, score: str) -> bool:
     """Whether a finished chunk is the run's result: its fixed length, or the rule held (or max-rounds was reached).
 
-    Chunks that an earlier version of the study ended at ``min-rounds + k *
-    check-every`` without the rule holding are not: the run resumes from them.
+    A run that tested before its ``num-server-rounds`` stopped itself by the
+    rule (the ``stop-*`` keys); its curve may no longer show it, since final
+    fine-tuning validates the round it stopped at again, with the fine-tuned
+    models. Chunks that an earlier version of the study ended at ``min-rounds +
+    k * check-every`` (their own ``num-server-rounds``) without the rule
+    holding are not results: the run resumes from them.
     """
     if not chunk.finished:
         return False
     if fixed_rounds is not None:
         return chunk.num_server_rounds == fixed_rounds
+    if chunk.checkpoint_round < chunk.num_server_rounds:
+        return True
     curve = validation_curve(metric_rows(read_metrics(chunk.folder)), score)
     return chunk.checkpoint_round >= rule.max_rounds or stopping_round(curve, rule) is not None
 

@@ -61,11 +61,16 @@ def curve(server_round: int) -> float:
 
 
 class FakeFlower:
-    """Writes one run folder per call; ``interrupt`` = (method, target, round) stops that chunk early."""
+    """Writes one run folder per call; ``interrupt`` = (method, target, round) stops that chunk early.
 
-    def __init__(self, interrupt: tuple[str, int, int] | None = None) -> None:
+    ``revalidation_gain``: as final fine-tuning does (``fine-tune-passes``), the
+    last round is validated again, its super-model score this much higher.
+    """
+
+    def __init__(self, interrupt: tuple[str, int, int] | None = None, revalidation_gain: float = 0.0) -> None:
         self.calls: list[dict[str, object]] = []
         self.interrupt = interrupt
+        self.revalidation_gain = revalidation_gain
 
     def __call__(self, settings: dict[str, object], runs: Path, label: str) -> Path:
         self.calls.append(dict(settings))
@@ -83,9 +88,13 @@ class FakeFlower:
         rule, last = config.stopping_rule, first - 1
         while last < end:  # the ServerApp's loop: train, validate, checkpoint, then ask the rule
             last += 1
-            metrics += [(last, "val", "pooled", m, curve(last)) for m in ("dice-global", "dice-super")]
+            if last % config.eval_every == 0 or last == config.total_rounds:
+                metrics += [(last, "val", "pooled", m, curve(last)) for m in ("dice-global", "dice-super")]
             if rule is not None and stops_after(validation_curve(metrics, "dice-super"), last, rule):
                 break
+        if config.fine_tune_passes and not (last < config.total_rounds and last == end):  # ended, not interrupted
+            metrics = [(r, s, site, m, v + self.revalidation_gain if (r, s, m) == (last, "val", "dice-super") else v)
+                       for r, s, site, m, v in metrics]
         save_checkpoint(folder / CHECKPOINT_FILE, last, config.to_mapping(), SITES, config.strategy, {}, metrics)
         if last < config.total_rounds and last == end:
             self._write(folder, metrics)

@@ -190,6 +190,21 @@ def test_a_method_that_reuses_its_sources_rounds_finishes_the_sources_last_check
     assert [key for key, _, _ in study.plan_jobs(load_plan(_write(tmp_path, REUSE)))] == [key for key, _, _ in plain]
 
 
+def test_a_run_that_stopped_itself_stays_finished_when_fine_tuning_raises_its_last_validation(tmp_path, monkeypatch):
+    # Prepare: FedSM, validated every 2 rounds, stops by the rule at round 12; final fine-tuning validates round 12
+    # again, 5 points higher, so the curve in its metrics no longer shows the rule holding anywhere
+    args, out, _ = prepare_study(tmp_path, monkeypatch, PLAN.replace("eval-every = 1", "eval-every = 2"))
+    flower = FakeFlower(revalidation_gain=0.05)
+
+    # Execute
+    study.main([*args, "--methods", "fedsm"], launch=flower)
+    study.main([*args, "--methods", "fedsm"], launch=flower)  # a later sitting finds it finished too
+
+    # Assert: one launch, its result the round it stopped at
+    assert [c["strategy"] for c in flower.calls] == ["fedsm"]
+    assert _rounds(read_rows(out / "results.csv"), "fedsm") == {12}
+
+
 def test_without_the_sources_run_folder_the_rounds_train(tmp_path, monkeypatch, capsys):
     # Prepare: FedSM finished, then its run folders went (its rows stay in results.csv)
     args, out, _ = prepare_study(tmp_path, monkeypatch, REUSE)
