@@ -35,9 +35,9 @@ class AggregationSettings:
     name : str
         ``filtered-mean`` (the default), ``mean`` (FedAvg's weighted mean),
         ``trimmed-mean``, ``median`` or ``krum`` (``aggregation``). The
-        filtered mean is FedAvg's mean whenever no reply stands out, and with
-        its memory it measured best against every attack of the robustness
-        study, at no cost without attack (``experiments/results/robustness``).
+        filtered mean is FedAvg's mean whenever no reply stands out; with its
+        memory it was the best robust setting of the robustness study, at no
+        measurable cost without attack (``experiments/results/robustness``).
     trim_fraction : float
         ``beta``: the fraction of the sites cut at EACH end of every coordinate
         by ``trimmed-mean`` (``trim-fraction``); ``floor(beta K)`` values go per end.

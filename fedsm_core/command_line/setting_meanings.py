@@ -227,8 +227,8 @@ MEANINGS: dict[str, str] = {
         "`filter-factor` typical distances of the coordinate median (FedAvg exactly when none stands out). "
         "Applies to the global model, the selector, SCAFFOLD's control variate, FedBN's shared part, HarmoFL's "
         "amplitude and SoftPull's pull (`fedsm_core/algorithms/robust_aggregation.py`). The default, `filtered-mean` "
-        "with `filter-memory`, measured best against every attack of the robustness study at no cost without "
-        "attack (`experiments/results/robustness`); `mean` reproduces the paper's FedAvg averaging"
+        "with `filter-memory`, was the best robust setting of the robustness study, at no measurable cost "
+        "without attack (`experiments/results/robustness`); `mean` reproduces the paper's FedAvg averaging"
     ),
     "trim-fraction": (
         "`trimmed-mean`: the fraction of the sites' values cut at each end of every coordinate (of 6 sites, "
