@@ -137,6 +137,18 @@ class ServerOptimizer:
         keep = decision.keep & ~self.memory.far(sites, factor)
         return dataclasses.replace(decision, keep=keep) if keep.any() else decision
 
+    def far_sites(self, sites: Sequence[str]) -> list[str]:
+        """Those of ``sites`` the filter memory leaves out of every round now (``filter-memory``; else none).
+
+        A site whose mean distance ratio exceeds ``filter-factor`` is out of
+        this model's average until its mean falls back under it: the strategy
+        may distrust it elsewhere too (FedSM closes its route).
+        """
+        if self.aggregation.name != "filtered-mean" or not self.aggregation.filter_memory:
+            return []
+        far = self.memory.far(sites, self.aggregation.filter_factor)
+        return [site for site, is_far in zip(sites, far, strict=True) if is_far]
+
     def average(self, weights: Sequence[Mapping[str, np.ndarray]], sizes: Sequence[float]) -> Weights:
         """The plain average of ``weights`` by ``sizes`` or equally (``site-weighting``), without a step.
 

@@ -14,20 +14,18 @@ from flwr.serverapp import Grid
 from app_protocol import records
 from app_protocol.evaluate_messages import (
     decode_models_reply,
-    decode_statistics_reply,
     encode_models_query,
-    encode_query,
     encode_super_model_evaluation,
 )
 from app_protocol.train_messages import FEDSM_KEYS, decode_fedsm_reply, encode_fedsm_train
 from fedsm_core.algorithms.fedsm.fedsm import FedSM, FedSMUpdate
 from fedsm_core.algorithms.fedsm.gamma import GAMMA_GRID, describe_gamma, pool_sweeps, select_gamma
-from fedsm_core.algorithms.fedsm.selector_head import SelectorStatistics
 from fedsm_core.algorithms.fedsm.super_model import Gamma, check_gamma
 from fedsm_core.models.weights import Weights
 from server_app.discovery import SiteNode
 from server_app.round_plan import RoundPlan
 from server_app.strategies.fine_tuning import SiteFineTuning, fine_tune_after_stop, fine_tune_sites, fine_tuning_notes
+from server_app.strategies.selector_head_query import fit_selector_head
 from server_app.strategies.site_strategy import EvaluationSink, SiteStrategy
 
 
@@ -152,54 +150,13 @@ class FedSMStrategy(SiteStrategy):
         if split == "val" and self.fine_tune_passes and server_round == self.num_rounds and self.fine_tuned is None:
             self.fine_tuned = fine_tune_sites(self, self.fedsm, self.fine_tune_passes, grid, server_round, timeout)
         if split == "val" and self.selector_shrinkage is not None:
-            self._fit_selector_head(grid, server_round, timeout)
+            self.closed_now = fit_selector_head(self, grid, server_round, timeout)
         self.needed[split] = self._ask_needed_models(grid, server_round, timeout, split)
 
     def finish_rounds(self, grid: Grid, timeout: float) -> None:
         """After a round the stopping rule ended on, fine-tune (``fine-tune-passes``) and validate it again."""
         if self.fine_tune_passes and self.fine_tuned is None:
             fine_tune_after_stop(self, grid, timeout)
-
-    def _fit_selector_head(self, grid: Grid, server_round: int, timeout: float) -> None:
-        """Fit the selector's head from every site's embedding statistics.
-
-        Each site answers a query carrying the selector with the sums of its
-        embeddings (:func:`~fedsm_core.algorithms.fedsm.selector_head.selector_statistics`).
-        A site without an accepted answer gets a closed route for this
-        evaluation (:meth:`~fedsm_core.algorithms.fedsm.fedsm.FedSM.fit_selector_head`);
-        with fewer than two answers the trained head is kept.
-        """
-        self.closed_now = frozenset()
-        content = encode_query(records.SELECTOR_STATISTICS, self.fedsm.selector_weights)
-        messages = self.messages({node.site_name: content for node in self.nodes}, MessageType.QUERY)
-        statistics: dict[str, SelectorStatistics] = {}
-        for reply in self.exchange(grid, messages, timeout, server_round, stage="selector-head"):
-            site = self.site_of(reply)
-            try:
-                if reply.has_error():
-                    raise ValueError(f"client error: {reply.error.reason}")
-                received = SelectorStatistics.from_arrays(decode_statistics_reply(reply.content))
-                if self.statistics_views is not None:
-                    trained = next(node.num_train for node in self.nodes if node.site_name == site)
-                    received.check_count(trained * self.statistics_views)
-                statistics[site] = received
-            except (KeyError, ValueError) as error:
-                log(WARNING, "round %d: selector statistics of %s rejected (%s)", server_round, site, error)
-                self.closed_routes.setdefault(site, []).append((server_round, str(error)))
-        try:
-            closed = self.fedsm.fit_selector_head(statistics, self.selector_shrinkage)
-        except ValueError as error:
-            log(WARNING, "round %d: selector head kept as trained: %s", server_round, error)
-            return
-        log(INFO, "round %d: selector head fitted from %d sites' embedding statistics", server_round, len(statistics))
-        self.closed_now = frozenset(closed)
-        for site in closed:  # a site that sent nothing is recorded as one whose reply was rejected
-            events = self.closed_routes.setdefault(site, [])
-            if not events or events[-1][0] != server_round:
-                events.append((server_round, "no reply"))
-        if closed:
-            log(WARNING, "round %d: no images are routed to the personalized models of %s (no accepted selector "
-                "statistics this round)", server_round, ", ".join(closed))
 
     def evaluation_selector(self) -> tuple[Weights, bool]:
         """The selector the super model routes with, and whether it has a global output (FedSM-extra)."""
@@ -320,7 +277,7 @@ class FedSMStrategy(SiteStrategy):
             for site, lists in self.latest_lists.get("val", {}).items()
             if "dice-super-sweep" in lists
         }
-        closed = [f"selector statistics of {site} missing or rejected in round(s) "
+        closed = [f"selector statistics of {site} missing, rejected or set aside in round(s) "
                   f"{', '.join(str(r) for r, _ in events)} "
                   f"(last: {events[-1][1]}): no image went to its personalized model in those evaluations"
                   for site, events in self.closed_routes.items()]

@@ -22,6 +22,7 @@ from app_protocol import records
 from app_protocol.evaluate_messages import encode_models_reply
 from fedsm_core.algorithms.fedsm.fedsm import FedSM
 from fedsm_core.algorithms.fedsm.selector_head import CLOSED_BIAS
+from fedsm_core.algorithms.robust_aggregation import AggregationSettings
 from server_app.round_plan import RoundPlan
 from server_app.strategies.fedsm import FedSMStrategy
 
@@ -98,7 +99,7 @@ def test_a_site_that_cannot_report_gets_a_closed_route_and_the_others_the_fitted
     assert logits[0].argmax() == 0 and logits[2].argmax() == 2
     assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
     # and the run's summary says so
-    assert any(note.startswith("selector statistics of site-b missing or rejected in round(s) 3 "
+    assert any(note.startswith("selector statistics of site-b missing, rejected or set aside in round(s) 3 "
                                "(last: client error: disk full)") for note in strategy.finish_validation())
 
 
@@ -112,8 +113,38 @@ def test_a_site_that_does_not_reply_is_named_in_the_summary_with_its_closed_rout
     weight = strategy.fedsm.selector_weights["classifier.weight"]
     assert not weight[2].any()
     assert strategy.closed_routes == {"site-c": [(3, "no reply"), (4, "no reply")]}
-    assert any(note.startswith("selector statistics of site-c missing or rejected in round(s) 3, 4 (last: no reply)")
+    assert any(note.startswith("selector statistics of site-c missing, rejected or set aside in round(s) 3, 4 "
+                               "(last: no reply)")
                for note in strategy.finish_validation())
+
+
+def test_a_site_the_filter_memory_leaves_out_gets_a_closed_route_and_no_say_in_gamma():
+    # Prepare: site-b's global-model updates lay 5 and 4 median distances out (mean 4.5 > filter-factor 3)
+    strategy = _head_strategy(shrinkage=0.5)
+    strategy.fedsm.global_optimizer.memory.record(SITES, [1.0, 5.0, 0.5])
+    strategy.fedsm.global_optimizer.memory.record(SITES, [1.0, 4.0, 0.5])
+
+    # Execute: its statistics are fine, but it is distrusted
+    strategy.prepare_evaluation(_statistics_grid(), 3, timeout=1.0, split="val")
+
+    # Assert: nothing goes to site-b's personalized model, and it is out of the gamma choice
+    weight = strategy.fedsm.selector_weights["classifier.weight"]
+    bias = strategy.fedsm.selector_weights["classifier.bias"]
+    assert not weight[1].any() and bias[1] == np.float32(CLOSED_BIAS)
+    assert strategy.closed_now == frozenset({"site-b"})
+    assert any(note.startswith("selector statistics of site-b missing, rejected or set aside in round(s) 3 "
+                               "(last: filter memory: its global-model updates lie 4.50 typical distances out")
+               for note in strategy.finish_validation())
+
+
+def test_without_filter_memory_no_site_is_set_aside():
+    # the same distance ratios, but under the plain mean the memory is not consulted
+    strategy = _head_strategy(shrinkage=0.5)
+    strategy.fedsm.global_optimizer.aggregation = AggregationSettings(name="mean")
+    strategy.fedsm.global_optimizer.memory.record(SITES, [1.0, 5.0, 0.5])
+    strategy.prepare_evaluation(_statistics_grid(), 3, timeout=1.0, split="val")
+    assert strategy.closed_now == frozenset()
+    assert strategy.fedsm.selector_weights["classifier.weight"][1].any()
 
 
 def test_the_trained_head_is_kept_with_fewer_than_two_reports_or_when_the_head_is_not_fitted():
