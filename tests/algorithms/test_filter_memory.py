@@ -51,6 +51,19 @@ def test_a_site_far_on_average_stays_out_in_the_round_it_comes_within_the_bound(
     assert remembering_2["w"][0] == pytest.approx(3.0, abs=1e-12)
 
 
+def test_far_sites_names_the_site_the_memory_keeps_out_and_none_without_the_memory():
+    # Execute: the same two rounds as above, with and without the memory
+    plain, remembering = optimizer(False), optimizer(True)
+    for opt in (plain, remembering):
+        for server_round, replies in ((1, ROUND_1), (2, ROUND_2)):
+            opt.aggregate(START, replies, SIZES, [1] * 6, server_round, SITES)
+
+    # Assert: site-6's mean ratio 7 > 3 names it (its round-2 ratio, 3.0, alone would not); the others' means are
+    # 5/3 (site-1) and less; without the memory no site is named
+    assert remembering.far_sites(SITES) == ["site-6"]
+    assert plain.far_sites(SITES) == []
+
+
 def test_an_honest_outlier_within_the_bound_on_average_is_kept_as_without_memory():
     # Prepare: site-6 farther out than the rest but within three median distances every round (ratio 7/3)
     replies = [{"w": np.array([v], dtype=np.float64)} for v in (1.0, 2.0, 3.0, 4.0, 5.0, 7.0)]
