@@ -9,7 +9,7 @@ One section per dataset; one row per (method, rung, model), means over the
 seeds that row has finished (named in its ``seeds`` column): client-average and pooled test
 Dice, the pooled validation Dice at five evenly spaced evaluated rounds, and the
 rounds (centralized: passes) to reach centralized's best validation Dice minus
-one point (``TARGET_DROP``) on that seed, averaged over the seeds that reach it.
+one point (:data:`experiments.study.speed_table.MARGIN`) on that seed, averaged over the seeds that reach it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-TARGET_DROP = 0.01
+from experiments.study.speed_table import MARGIN, rounds_to
+
 POOLED = "pooled"
 RUNG_ORDER = {"pooled": 0, "one-site": 1, "iid": 2, "real": 3}
 Key = tuple[str, str, str]  # method, rung, model
@@ -43,11 +44,6 @@ def read_cells(csv_path: Path) -> dict[str, dict[int, dict[Key, dict[str, object
             else:
                 cell["test"][row["site"]] = float(row["value"])
     return cells
-
-
-def rounds_to(curve: list[tuple[int, float]], target: float) -> int | None:
-    """The first evaluated round whose validation Dice reaches ``target``; None if none does."""
-    return next((r for r, dice in sorted(curve) if dice >= target), None)
 
 
 def _at(curve: list[tuple[int, float]], server_round: int) -> float:
@@ -81,7 +77,7 @@ def section(dataset: str, by_seed: dict[int, dict[Key, dict]]) -> list[str]:
     for key in sorted(keys, key=lambda k: (k[0] != "centralized", k[0], RUNG_ORDER.get(k[1], 9), k[2])):
         have = [s for s in seeds if key in by_seed[s]]
         cells = [by_seed[s][key] for s in have]
-        targets = [max(d for _, d in by_seed[s][reference]["curve"]) - TARGET_DROP for s in have]
+        targets = [max(d for _, d in by_seed[s][reference]["curve"]) - MARGIN for s in have]
         reached = [rounds_to(c["curve"], t) for c, t in zip(cells, targets, strict=True)]
         hits = [r for r in reached if r is not None]
         to_target = f"{np.mean(hits):.0f}" + (f" ({len(hits)} of {len(reached)} seeds)" if len(hits) < len(reached)
@@ -91,7 +87,7 @@ def section(dataset: str, by_seed: dict[int, dict[Key, dict]]) -> list[str]:
                      f"{_mean([c['test'][POOLED] for c in cells])} | "
                      + " | ".join(_mean([_at(c["curve"], m) for c in cells]) for m in marks) + f" | {to_target} |")
     return [*lines, "", "Means over each row's seeds. Target: centralized's best pooled validation Dice minus "
-            f"{TARGET_DROP * 100:.0f} point, on each seed.", ""]
+            f"{MARGIN * 100:.0f} point, on each seed.", ""]
 
 
 def write_table(csv_path: Path, out: Path) -> None:

@@ -17,7 +17,9 @@ The generator of each (dataset, method) is seeded from their names, so the
 file is byte-identical for the same CSV. Datasets whose test images are slices
 of cases (``synthetic-prostate``, NIfTI volumes) get a second table: the slice
 Dice (the paper's metric) beside the per-case 3-D Dice and HD95 of the same
-model (:data:`experiments.study.runs.CASE_KINDS`).
+model (:data:`experiments.study.runs.CASE_KINDS`). Last, the speed table: rounds
+to reach centralized training's best validation Dice minus one point
+(:mod:`experiments.study.speed_table`).
 
 A study that spans sittings has seeds that only some methods have finished.
 Each dataset's tables and curves hold only the seeds every method of that
@@ -41,6 +43,7 @@ import numpy as np
 from experiments.paper.comparison_table import best_so_far, comparison_table, mean_std
 from experiments.runner import FEDERATED
 from experiments.study.runs import CASE_KINDS, PART_KINDS, read_rows
+from experiments.study.speed_table import speed_table
 
 DISPLAY = {"centralized": "Centralized", **FEDERATED}
 DRAWS = 2000
@@ -215,7 +218,7 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
         text += [f"## {dataset}", "", note, ""]
         if mine:
             text += [*dataset_table(mine, dataset, draws), ""]
-        for extra in (cases_table(mine, dataset), parts_table(mine, dataset)):
+        for extra in (cases_table(mine, dataset), parts_table(mine, dataset), speed_table(mine, dataset, DISPLAY)):
             text += [*extra, ""] if extra else []
     return "\n".join(text)
 

@@ -14,7 +14,8 @@ from flwr.app import Context, RecordDict
 from client_app import app as client
 from experiments.ladder import loops as ladder_loops
 from experiments.ladder import run_ladder as ladder
-from experiments.ladder.table import read_cells, rounds_to
+from experiments.ladder.table import read_cells
+from experiments.study.speed_table import rounds_to
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.config import RunConfig
 from fedsm_core.data.registry import training_dataset
