@@ -43,7 +43,7 @@ import numpy as np
 from experiments.paper.comparison_table import best_so_far, comparison_table, mean_std
 from experiments.runner import FEDERATED
 from experiments.study.runs import CASE_KINDS, PART_KINDS, read_rows
-from experiments.study.speed_table import speed_table
+from experiments.study.speed_table import speed_table, validation_curves
 
 DISPLAY = {"centralized": "Centralized", **FEDERATED}
 DRAWS = 2000
@@ -225,12 +225,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
 
 def mean_curves(rows: Sequence[Mapping[str, str]], dataset: str) -> dict[str, list[tuple[int, float]]]:
     """Per method: best validation Dice so far per round, averaged over the seeds that reached the round."""
-    found: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["dataset"] == dataset and r["kind"] == "val":
-            found[r["method"]][r["seed"]].append((int(r["round"]), float(r["value"])))
     curves = {}
-    for method, seeds in found.items():
+    for method, seeds in validation_curves(rows, dataset).items():
         at: dict[int, list[float]] = defaultdict(list)
         for curve in seeds.values():
             for server_round, best in best_so_far(curve):
