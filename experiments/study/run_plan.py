@@ -86,7 +86,7 @@ from experiments.study.runs import (
     run_key,
     write_rows,
 )
-from experiments.study.table import plot_study_curves, study_table
+from experiments.study.table import plot_study_curves, study_table_of
 from fedsm_core.analysis.image_dice import IMAGE_DICE_FILE, image_rows, model_image_dice, site_means, write_image_dice
 from fedsm_core.analysis.image_dice import read_rows as read_image_rows
 from fedsm_core.config import RunConfig
@@ -197,7 +197,7 @@ def write_outputs(out: Path, jobs: list[Job], runs: Path) -> int:
     found = [finished_rows(key, runs, recorded) for key, _, _ in jobs]
     rows = [row for part in found if part for row in part]
     write_rows(out / "results.csv", rows)
-    (out / "table.md").write_text(study_table(read_rows(out / "results.csv")))
+    (out / "table.md").write_text(study_table_of(out / "results.csv"))
     plot_study_curves(out / "curves.png", read_rows(out / "results.csv"))
     return sum(1 for part in found if part)
 

@@ -42,8 +42,9 @@ import numpy as np
 
 from experiments.paper.comparison_table import best_so_far, comparison_table, mean_std
 from experiments.runner import FEDERATED
+from experiments.study.run_configs import read_configs
 from experiments.study.runs import CASE_KINDS, PART_KINDS, read_rows
-from experiments.study.speed_table import speed_table, validation_curves
+from experiments.study.speed_table import passes_after_last_round, speed_table, validation_curves
 
 DISPLAY = {"centralized": "Centralized", **FEDERATED}
 DRAWS = 2000
@@ -208,8 +209,13 @@ def cases_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
     return lines
 
 
-def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
-    """The whole ``table.md``: one section per dataset, in the CSV's order."""
+def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS,
+                after_last: Mapping[str, int] | None = None) -> str:
+    """The whole ``table.md``: one section per dataset, in the CSV's order.
+
+    ``after_last``: run hash -> local passes trained after the last round
+    (:func:`~experiments.study.speed_table.passes_after_last_round`), which the speed table counts.
+    """
     text = ["Test Dice, mean ± std over the seeds every method of a dataset has finished (named under its heading); "
             f"95 % intervals: bootstrap over test images ({draws} draws). "
             "Regenerate: `python -m experiments.study.table --csv results.csv --out table.md`.", ""]
@@ -218,7 +224,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS) -> str:
         text += [f"## {dataset}", "", note, ""]
         if mine:
             text += [*dataset_table(mine, dataset, draws), ""]
-        for extra in (cases_table(mine, dataset), parts_table(mine, dataset), speed_table(mine, dataset, DISPLAY)):
+        speed = speed_table(mine, dataset, DISPLAY, after_last=after_last)
+        for extra in (cases_table(mine, dataset), parts_table(mine, dataset), speed):
             text += [*extra, ""] if extra else []
     return "\n".join(text)
 
@@ -289,6 +296,11 @@ def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Pa
     return path
 
 
+def study_table_of(csv: Path, draws: int = DRAWS) -> str:
+    """:func:`study_table` of a study's ``results.csv``, with the run configs recorded beside it (if any)."""
+    return study_table(read_rows(csv), draws, passes_after_last_round(read_configs(csv.parent).values()))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -297,10 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curves", type=Path, default=None, help="also write curves.png here")
     parser.add_argument("--draws", type=int, default=DRAWS, help="bootstrap draws")
     args = parser.parse_args(argv)
-    rows = read_rows(args.csv)
-    args.out.write_text(study_table(rows, args.draws))
+    args.out.write_text(study_table_of(args.csv, args.draws))
     if args.curves is not None:
-        plot_study_curves(args.curves, rows)
+        plot_study_curves(args.curves, read_rows(args.csv))
     return 0
 
 

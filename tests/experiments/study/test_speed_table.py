@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.study.speed_table import rounds_to, rounds_to_target, speed_table, validation_curves
+from experiments.study.speed_table import (
+    passes_after_last_round,
+    rounds_to,
+    rounds_to_target,
+    speed_table,
+    validation_curves,
+)
 
 
 def _val(method: str, seed: int, curve: list[tuple[int, float]], dataset: str = "d") -> list[dict[str, str]]:
@@ -70,3 +76,33 @@ def test_the_margin_sets_the_target(margin, expected):
 def test_no_table_without_centralized_training():
     rows = [r for r in ROWS if r["method"] != "centralized"]
     assert speed_table(rows, "d", {}) == []
+
+
+def _record(method: str, run: str, passes: int) -> dict[str, object]:
+    return {"dataset": "d", "method": method, "seed": 0, "run": run, "source": "s",
+            "config": {"fine-tune-passes": passes, "strategy": "fedsm"}}
+
+
+def test_only_fedsm_runs_that_fine_tune_count_passes_after_their_last_round():
+    records = [_record("fedsm", "a", 30), _record("fedsm-softpull", "b", 0), _record("fedsm-extra", "c", 30),
+               _record("fedavg", "d", 30), _record("centralized", "e", 30), _record("fedsm-knn-per", "f", 12)]
+    # fedsm-extra's strategy and the single-model strategies ignore fine-tune-passes; centralized is not a strategy
+    assert passes_after_last_round(records) == {"a": 30, "f": 12}
+
+
+def _with_run(rows: list[dict[str, str]], run: str) -> list[dict[str, str]]:
+    return [{**row, "run": run} for row in rows]
+
+
+def test_fine_tuning_passes_move_the_last_point_and_can_take_a_method_past_twice():
+    # seed 0: centralized reaches 0.94 at pass 3; FedSM only at its last round 5 (5 / 3 = 1.67, within twice),
+    # but after 30 local passes of fine-tuning the point sits at 35 (11.67 times)
+    fedsm = _with_run(_val("fedsm", 0, [(5, 0.945), (4, 0.90)]), "tuned")
+    rows = [*_val("centralized", 0, [(1, 0.80), (2, 0.93), (3, 0.945), (4, 0.95)]), *fedsm]
+    assert validation_curves(rows, "d", {"tuned": 30})["fedsm"]["0"] == [(4, 0.90), (35, 0.945)]
+    assert validation_curves(rows, "d", {"other": 30})["fedsm"]["0"] == [(4, 0.90), (5, 0.945)]
+    plain = speed_table(rows, "d", {})
+    tuned = speed_table(rows, "d", {}, after_last={"tuned": 30})
+    assert "| fedsm | 5 | 1.67 | 1.67 | 1 of 1 seeds |" in plain and "fine-tuning" not in plain[0]
+    assert "| fedsm | 35 | 11.67 | 11.67 | 0 of 1 seeds |" in tuned
+    assert "the 30 local passes of its final fine-tuning" in tuned[0]
