@@ -112,7 +112,8 @@ def read_cell_checkpoint(folder: Path) -> dict | None:
     return torch.load(path, weights_only=False) if path.exists() else None
 
 
-def _save(folder: Path, state: dict) -> None:
+def save_cell_checkpoint(folder: Path, state: dict) -> None:
+    """Write a cell's state to ``<folder>/checkpoint.pt`` (read back by :func:`read_cell_checkpoint`)."""
     folder.mkdir(parents=True, exist_ok=True)
     # Protocol 5 pickles the NumPy arrays as raw buffers: torch.save's default (2) takes about five times as
     # long and a half more disk for a cell's weights and Adam states.
@@ -197,7 +198,7 @@ def fedavg_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
             report(config, server_round, state["curve"][-1][1])
         state["seconds"] += time.monotonic() - began
         if server_round % config.eval_every == 0:
-            _save(folder, state)
+            save_cell_checkpoint(folder, state)
     set_weights(model, state["weights"], "global model")
     return CellResult({"global": state["curve"]}, {"global": score(model.to(device), sites, "test", device)},
                       state["seconds"])
@@ -258,7 +259,7 @@ def fedsm_cell(config: RunConfig, rung: str, folder: Path) -> CellResult:
         state["seconds"] += time.monotonic() - began
         state["federation"] = (federation.fedsm, {site: m.kept for site, m in federation.memories.items()})
         if server_round % config.eval_every == 0:
-            _save(folder, state)
+            save_cell_checkpoint(folder, state)
     set_weights(model, federation.fedsm.global_weights, "global model")
     tests = {"global": score(model.to(device), sites, "test", device)}
     if routed:
