@@ -149,7 +149,8 @@ def seed_lines(curves: Curves, centralized: Sequence[tuple[int, float]], label: 
 def table(rows: Sequence[Mapping[str, str]], study_rows: Sequence[Mapping[str, str]], steps: Sequence[int]) -> str:
     """``table.md``: a section per dataset and seed that centralized training of the study has finished."""
     text = ["Pooled validation Dice of every site's own fine-tuned model after R rounds of the global model and up to "
-            "P fine-tuning passes (each site keeps its best pass up to P). Regenerate: see `commands.md`.", ""]
+            "P fine-tuning passes (each site keeps its best pass up to P). The commands that wrote it: `commands.md` "
+            "beside it.", ""]
     for dataset in dict.fromkeys(row["dataset"] for row in rows):
         centralized = validation_curves(study_rows, dataset).get(CENTRALIZED, {})
         for seed in sorted({row["seed"] for row in rows if row["dataset"] == dataset}, key=int):

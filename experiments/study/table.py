@@ -19,7 +19,8 @@ of cases (``synthetic-prostate``, NIfTI volumes) get a second table: the slice
 Dice (the paper's metric) beside the per-case 3-D Dice and HD95 of the same
 model (:data:`experiments.study.runs.CASE_KINDS`). Last, the speed table: rounds
 to reach centralized training's best validation Dice minus one point
-(:mod:`experiments.study.speed_table`).
+(:mod:`experiments.study.speed_table`); FedSM's final fine-tuning passes count
+there, read from the run configs recorded beside the CSV (``run-configs.jsonl``).
 
 A study that spans sittings has seeds that only some methods have finished.
 Each dataset's tables and curves hold only the seeds every method of that

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.study import run_configs
+from experiments.study.runs import write_rows
 from experiments.study.speed_table import (
     passes_after_last_round,
     rounds_to,
@@ -11,6 +13,7 @@ from experiments.study.speed_table import (
     speed_table,
     validation_curves,
 )
+from experiments.study.table import study_table_of
 
 
 def _val(method: str, seed: int, curve: list[tuple[int, float]], dataset: str = "d") -> list[dict[str, str]]:
@@ -106,3 +109,22 @@ def test_fine_tuning_passes_move_the_last_point_and_can_take_a_method_past_twice
     assert "| fedsm | 5 | 1.67 | 1.67 | 1 of 1 seeds |" in plain and "fine-tuning" not in plain[0]
     assert "| fedsm | 35 | 11.67 | 11.67 | 0 of 1 seeds |" in tuned
     assert "the 30 local passes of its final fine-tuning" in tuned[0]
+
+
+def test_the_study_table_of_a_folder_counts_the_fine_tuning_its_run_configs_record(tmp_path):
+    # Prepare: FedSM reaches centralized's 0.94 at its last round, 10 (3.33 times 3 passes), after fine-tuning
+    curves = [*_val("centralized", 0, [(1, 0.80), (2, 0.93), (3, 0.945), (4, 0.95)]),
+              *_val("fedsm", 0, [(5, 0.90), (10, 0.945)])]
+    rows = [{**row, "run": row["method"]} for row in curves]
+    rows += [{**row, "kind": "test", "site": "site-1", "value": "0.5"} for row in rows if row["round"] in ("4", "10")]
+    write_rows(tmp_path / "results.csv", rows)
+    plain = study_table_of(tmp_path / "results.csv", draws=10)
+    run_configs.write_configs(tmp_path, {("d", "fedsm", 0, "fedsm"): _record("fedsm", "fedsm", 30)})
+
+    # Execute
+    counted = study_table_of(tmp_path / "results.csv", draws=10)
+
+    # Assert: the recorded 30 passes move FedSM's last point from round 10 to 40
+    assert "| FedSM | 10 | 3.33 | 3.33 | 0 of 1 seeds |" in plain and "fine-tuning" not in plain
+    assert "| FedSM | 40 | 13.33 | 13.33 | 0 of 1 seeds |" in counted
+    assert "the 30 local passes of its final fine-tuning" in counted
