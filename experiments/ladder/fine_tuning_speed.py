@@ -43,7 +43,7 @@ import torch
 
 from experiments.ladder.loops import fedavg_round, load_sites, read_cell_checkpoint, round_state, save_cell_checkpoint
 from experiments.runner import append_rows, parse_overrides, read_rows
-from experiments.study.speed_table import CENTRALIZED, MARGIN, rounds_to_target, validation_curves
+from experiments.study.speed_table import CENTRALIZED, MARGIN, rounds_to, validation_curves
 from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_splits
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.config import RunConfig
@@ -131,8 +131,8 @@ def soonest(curves: Curves, target: float) -> tuple[int, int, float] | None:
 
 def seed_lines(curves: Curves, centralized: Sequence[tuple[int, float]], label: str, steps: Sequence[int]) -> list[str]:
     """One seed's table: pooled validation Dice per stop and fine-tuning length, and the soonest that reaches it."""
-    reached = rounds_to_target({CENTRALIZED: {"0": centralized}})[CENTRALIZED]["0"]
     target = max(dice for _, dice in centralized) - MARGIN
+    reached = rounds_to(centralized, target)
     lines = [f"### {label}", "", f"Target {target:.4f} (centralized's best {target + MARGIN:.4f} minus {MARGIN:g}), "
              f"reached by centralized training after {reached} passes; `*`: reached.", "",
              "| rounds | " + " | ".join(f"+{p} passes" for p in steps) + " |", "|---" * (len(steps) + 1) + "|"]
