@@ -48,6 +48,7 @@ from fedsm_core.algorithms.fedsm.final_fine_tuning import fine_tune_on_splits
 from fedsm_core.algorithms.server_optimizer import ServerOptimizer
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SiteSplits
+from fedsm_core.data.registry import dataset_label
 from fedsm_core.device import select_device, set_cpu_threads
 from fedsm_core.models.weights import get_weights
 
@@ -59,11 +60,6 @@ def foreground_images(site: SiteSplits) -> int:
     """Validation images with foreground: the images a site's mean validation Dice is taken over."""
     masks = site.val.masks.reshape(len(site.val), -1)
     return int((masks.sum(axis=1) > 0).sum())
-
-
-def dataset_label(dataset: str) -> str:
-    """The dataset's short name, as the study's rows give it: a federation file's stem, else the name."""
-    return Path(dataset).stem if dataset.endswith(".toml") else dataset
 
 
 def fine_tuning_rows(config: RunConfig, sites: list[SiteSplits], weights, rounds: int, max_passes: int,

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from fedsm_core.config import RunConfig
+from fedsm_core.data.registry import dataset_label
 from fedsm_core.methods import METHODS
 from fedsm_core.run_files.checkpoint import (
     CHECKPOINT_FILE,
@@ -68,7 +69,7 @@ class RunKey:
     @property
     def dataset_label(self) -> str:
         """The dataset's short name: a federation spec's file stem, else the name."""
-        return Path(self.dataset).stem if self.dataset.endswith(".toml") else self.dataset
+        return dataset_label(self.dataset)
 
     def folder(self, runs: Path) -> Path:
         """``<runs>/<dataset>/<method>/seed<seed>-<hash>``."""

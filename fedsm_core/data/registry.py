@@ -183,6 +183,11 @@ def dataset_info(name: str, data_paths: Mapping[str, str | Path] | None = None) 
     return DATASETS[name]()
 
 
+def dataset_label(name: str) -> str:
+    """A dataset's short name (result tables, run folders): a federation spec's file stem, else the name."""
+    return Path(name).stem if name.endswith(".toml") else name
+
+
 def training_dataset(dataset: str, held_out_site: str = "",
                      data_paths: Mapping[str, str | Path] | None = None) -> DatasetInfo:
     """The sites a run trains on: ``dataset`` without ``held_out_site`` (run-config keys)."""

@@ -7,7 +7,7 @@ import pytest
 
 from fedsm_core.config import RunConfig
 from fedsm_core.data.arrays import SegArrays, SiteSplits
-from fedsm_core.data.registry import DATASETS, DatasetInfo, dataset_info, hold_out, training_dataset
+from fedsm_core.data.registry import DATASETS, DatasetInfo, dataset_info, dataset_label, hold_out, training_dataset
 from fedsm_core.data.synthetic_prostate import PROSTATE_SITES
 
 
@@ -107,3 +107,8 @@ def test_held_out_site_round_trips_through_the_run_config():
     assert RunConfig.from_mapping({"held-out-site": "site-1"}).held_out_site == "site-1"
     with pytest.raises(TypeError, match="held-out-site"):
         RunConfig.from_mapping({"held-out-site": 3})
+
+
+def test_a_federation_specs_short_name_is_its_file_stem_and_a_named_dataset_keeps_its_name():
+    assert dataset_label("experiments/federations/drishti-six-site.toml") == "drishti-six-site"
+    assert dataset_label("synthetic-fundus-style") == "synthetic-fundus-style"
