@@ -17,7 +17,9 @@ The generator of each (dataset, method) is seeded from their names, so the
 file is byte-identical for the same CSV. Datasets whose test images are slices
 of cases (``synthetic-prostate``, NIfTI volumes) get a second table: the slice
 Dice (the paper's metric) beside the per-case 3-D Dice and HD95 of the same
-model (:data:`experiments.study.runs.CASE_KINDS`). Last, the speed table: rounds
+model (:data:`experiments.study.runs.CASE_KINDS`). Every method's gap to
+centralized training follows the first table, with a paired interval
+(:mod:`experiments.study.gap_table`). Last, the speed table: rounds
 to reach centralized training's best validation Dice minus one point
 (:mod:`experiments.study.speed_table`); FedSM's final fine-tuning passes count
 there, read from the run configs recorded beside the CSV (``run-configs.jsonl``).
@@ -43,6 +45,7 @@ import numpy as np
 
 from experiments.paper.comparison_table import best_so_far, comparison_table, mean_std
 from experiments.runner import FEDERATED
+from experiments.study.gap_table import gap_table
 from experiments.study.run_configs import read_configs
 from experiments.study.runs import CASE_KINDS, PART_KINDS, read_rows
 from experiments.study.speed_table import passes_after_last_round, speed_table, validation_curves
@@ -226,7 +229,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS,
         if mine:
             text += [*dataset_table(mine, dataset, draws), ""]
         speed = speed_table(mine, dataset, DISPLAY, after_last=after_last)
-        for extra in (cases_table(mine, dataset), parts_table(mine, dataset), speed):
+        gaps = gap_table(mine, dataset, DISPLAY, draws)
+        for extra in (gaps, cases_table(mine, dataset), parts_table(mine, dataset), speed):
             text += [*extra, ""] if extra else []
     return "\n".join(text)
 
