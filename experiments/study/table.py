@@ -28,7 +28,8 @@ A study that spans sittings has seeds that only some methods have finished.
 Each dataset's tables and curves hold only the seeds every method of that
 dataset has finished (:func:`comparable_seeds`), so no method's mean covers
 seeds another's does not; a line under the heading names the seeds left out
-and the methods that have finished them.
+and the methods that have finished them, and a last table lists those seeds'
+client averages per method, apart from every mean (:func:`left_out_table`).
 """
 
 from __future__ import annotations
@@ -213,6 +214,25 @@ def cases_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
     return lines
 
 
+def left_out_table(rows: Sequence[Mapping[str, str]], dataset: str, kept: Sequence[str]) -> list[str]:
+    """Markdown lines: client-average test Dice of the seeds not every method has finished yet, per method.
+
+    They stay out of every mean and interval; shown so that a study under way
+    can be read from this file rather than from the CSV. Empty when none is left out.
+    """
+    finished = finished_seeds(rows, dataset)
+    left = sorted(set().union(*finished.values()) - set(kept), key=int) if finished else []
+    if not left:
+        return []
+    lines = ["Client-average test Dice of the seeds left out (finished runs only; in no mean or interval above):", "",
+             "| method | " + " | ".join(f"seed {seed}" for seed in left) + " |", "|---|" + "---|" * len(left)]
+    for method in finished:
+        scores = client_averages([r for r in rows if r["dataset"] == dataset and r["method"] == method], "test")
+        lines.append(f"| {DISPLAY.get(method, method)} | "
+                     + " | ".join(f"{scores[seed]:.4f}" if seed in scores else "-" for seed in left) + " |")
+    return lines
+
+
 def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS,
                 after_last: Mapping[str, int] | None = None) -> str:
     """The whole ``table.md``: one section per dataset, in the CSV's order.
@@ -230,7 +250,8 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS,
             text += [*dataset_table(mine, dataset, draws), ""]
         speed = speed_table(mine, dataset, DISPLAY, after_last=after_last)
         gaps = gap_table(mine, dataset, DISPLAY, draws)
-        for extra in (gaps, cases_table(mine, dataset), parts_table(mine, dataset), speed):
+        left = left_out_table(rows, dataset, sorted({r["seed"] for r in mine}))
+        for extra in (gaps, cases_table(mine, dataset), parts_table(mine, dataset), speed, left):
             text += [*extra, ""] if extra else []
     return "\n".join(text)
 
