@@ -214,14 +214,15 @@ def cases_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
     return lines
 
 
-def left_out_table(rows: Sequence[Mapping[str, str]], dataset: str, kept: Sequence[str]) -> list[str]:
+def left_out_table(rows: Sequence[Mapping[str, str]], dataset: str) -> list[str]:
     """Markdown lines: client-average test Dice of the seeds not every method has finished yet, per method.
 
-    They stay out of every mean and interval; shown so that a study under way
-    can be read from this file rather than from the CSV. Empty when none is left out.
+    They stay out of every mean and interval (:func:`comparable_seeds`); shown so
+    that a study under way can be read from this file rather than from the CSV.
+    Empty when none is left out.
     """
     finished = finished_seeds(rows, dataset)
-    left = sorted(set().union(*finished.values()) - set(kept), key=int) if finished else []
+    left = sorted(set().union(*finished.values()) - set(comparable_seeds(finished)), key=int) if finished else []
     if not left:
         return []
     lines = ["Client-average test Dice of the seeds left out (finished runs only; in no mean or interval above):", "",
@@ -249,8 +250,7 @@ def study_table(rows: Sequence[Mapping[str, str]], draws: int = DRAWS,
         if mine:
             text += [*dataset_table(mine, dataset, draws), ""]
         speed = speed_table(mine, dataset, DISPLAY, after_last=after_last)
-        gaps = gap_table(mine, dataset, DISPLAY, draws)
-        left = left_out_table(rows, dataset, sorted({r["seed"] for r in mine}))
+        gaps, left = gap_table(mine, dataset, DISPLAY, draws), left_out_table(rows, dataset)
         for extra in (gaps, cases_table(mine, dataset), parts_table(mine, dataset), speed, left):
             text += [*extra, ""] if extra else []
     return "\n".join(text)
