@@ -314,7 +314,8 @@ def plot_study_curves(path: str | Path, rows: Sequence[Mapping[str, str]]) -> Pa
         axis.set_xlabel("round (centralized: epoch)")
         axis.set_ylabel("best pooled validation Dice so far")
         axis.grid(alpha=0.3)
-        axis.legend(loc="lower right", fontsize=8)
+        if axis.lines:  # a dataset whose runs have not finished yet has no curve to name
+            axis.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=110)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from experiments.study.table import (
     dataset_table,
     mean_curves,
     parts_table,
+    plot_study_curves,
     study_table,
 )
 
@@ -44,6 +46,16 @@ def test_the_documented_command_regenerates_table_md_byte_for_byte(tmp_path, fol
     # Assert
     assert out.read_bytes() == (folder / "table.md").read_bytes()
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_curves_of_a_study_with_no_finished_run_draw_an_empty_panel_without_a_legend_warning(tmp_path):
+    # Execute: a study's first tabulation, before any run has finished
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns when asked for a legend of no lines
+        path = plot_study_curves(tmp_path / "curves.png", [])
+
+    # Assert
+    assert path.stat().st_size > 0
 
 
 def test_two_images_of_dice_0_and_1_give_the_interval_0_to_1():
