@@ -323,11 +323,11 @@ class RunConfig:
 def _check_across(config: RunConfig) -> None:
     """The rules that join two subsystems' settings, or a setting and the strategy."""
     family = method(config.strategy).family
-    if family == "site-models" and config.segmentation_norm == "group":
+    if family == "site-models" and config.segmentation_norm in ("group", "instance"):
         raise ValueError(
-            "segmentation-norm = 'group' with strategy = 'fedbn': FedBN keeps batch-norm statistics (running mean "
-            "and variance) at each site, and group norm has none, so only its affine parameters would stay "
-            "local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'")
+            f"segmentation-norm = '{config.segmentation_norm}' with strategy = 'fedbn': FedBN keeps batch-norm "
+            f"statistics (running mean and variance) at each site, and {config.segmentation_norm} norm has none, so "
+            "only its affine parameters would stay local; that is not FedBN. Use segmentation-norm 'auto' or 'batch'")
     if config.optimizer_state == "averaged" and family != "global":
         raise ValueError(f"optimizer-state = 'averaged' averages the Adam state of the one model every site "
                          f"trains alike (FedAvg, FedProx, SCAFFOLD, HarmoFL); strategy = '{config.strategy}' trains "

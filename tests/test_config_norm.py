@@ -14,6 +14,7 @@ from fedsm_core.config import RunConfig
     ("fedavg", "auto", "group"),
     ("fedsm", "auto", "group"),
     ("fedavg", "batch", "batch"),
+    ("fedsm", "instance", "instance"),
     ("fedbn", "batch", "batch"),
 ])
 def test_auto_norm_is_batch_for_fedbn_and_group_otherwise(strategy, norm, expected):
@@ -35,6 +36,7 @@ def test_the_default_config_gives_fedbn_a_batch_norm_unet_whose_running_statisti
     assert any(key.endswith("running_var") for key in local)
 
 
-def test_group_norm_with_fedbn_is_refused_naming_both_keys():
-    with pytest.raises(ValueError, match=r"segmentation-norm = 'group' with strategy = 'fedbn'.*not FedBN"):
-        RunConfig.from_mapping({"strategy": "fedbn", "segmentation-norm": "group"})
+@pytest.mark.parametrize("norm", ["group", "instance"])
+def test_norms_without_running_statistics_are_refused_with_fedbn_naming_both_keys(norm):
+    with pytest.raises(ValueError, match=rf"segmentation-norm = '{norm}' with strategy = 'fedbn'.*not FedBN"):
+        RunConfig.from_mapping({"strategy": "fedbn", "segmentation-norm": norm})

@@ -5,23 +5,27 @@ from __future__ import annotations
 import torch.nn as nn
 
 DEFAULT_DECODER_CHANNELS = (128, 64, 32, 16, 8)
-NORMS = ("group", "batch")
+NORMS = ("group", "instance", "batch")
 GROUP_NORM_GROUPS = 8
 
 
-def replace_batch_norm(module: nn.Module, groups: int = GROUP_NORM_GROUPS) -> nn.Module:
+def replace_batch_norm(module: nn.Module, groups: int | None = GROUP_NORM_GROUPS) -> nn.Module:
     """Swap every ``BatchNorm2d`` for a ``GroupNorm`` with the same channels, in place.
 
     Group normalization (Wu & He 2018) has no running statistics, so a model
     behaves the same in training and evaluation and averaging models never mixes
     statistics of different sites (Hsieh et al. 2020 show batch normalization
     failing under non-IID federated data). ``groups`` is reduced to the largest
-    divisor of the channel count not above it.
+    divisor of the channel count not above it; ``None`` gives every channel its
+    own group, which is instance normalization with a learned scale and shift
+    (Ulyanov et al. 2016): each feature map of each image is standardized,
+    ``y = gamma * (x - mean_hw(x)) / sqrt(var_hw(x) + eps) + beta``, which
+    removes an image's contrast and colour statistics at every layer.
     """
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d):
             channels = child.num_features
-            count = max(g for g in range(1, groups + 1) if channels % g == 0)
+            count = channels if groups is None else max(g for g in range(1, groups + 1) if channels % g == 0)
             setattr(module, name, nn.GroupNorm(count, channels, affine=child.affine))
         else:
             replace_batch_norm(child, groups)
@@ -52,9 +56,10 @@ def build_segmentation_model(
         Input image channels.
     decoder_channels : tuple of int
         Width of each of the five decoder stages.
-    norm : {"group", "batch"}
+    norm : {"group", "instance", "batch"}
         ``"group"`` (default) replaces the encoder's and decoder's batch
         normalization with group normalization (see :func:`replace_batch_norm`);
+        ``"instance"`` with one group per channel (instance normalization);
         ``"batch"`` keeps batch normalization (FedBN needs it).
 
     Returns
@@ -83,4 +88,6 @@ def build_segmentation_model(
             f"encoder = '{encoder}' is not an encoder segmentation-models-pytorch knows ({error}); "
             "set `encoder` in [tool.flwr.app.config] to e.g. 'mobilenet_v2' or 'resnet18'"
         ) from error
-    return replace_batch_norm(model) if norm == "group" else model
+    if norm == "batch":
+        return model
+    return replace_batch_norm(model, GROUP_NORM_GROUPS if norm == "group" else None)

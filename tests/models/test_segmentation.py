@@ -36,6 +36,27 @@ def test_group_count_divides_the_channels():
     assert isinstance(block[1], nn.GroupNorm) and block[1].num_groups == 6
 
 
+def test_instance_norm_gives_every_channel_its_own_group_and_equals_torchs_instance_norm():
+    # Prepare: one instance-norm layer of the U-Net, and torch's InstanceNorm2d with the same scale and shift
+    model = build_segmentation_model("mobilenet_v2", 2, norm="instance")
+    layer = next(m for m in model.modules() if isinstance(m, nn.GroupNorm))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 2.0)
+        layer.bias.uniform_(-1.0, 1.0)
+    reference = nn.InstanceNorm2d(layer.num_channels, eps=layer.eps, affine=True)
+    reference.load_state_dict({"weight": layer.weight, "bias": layer.bias})
+    features = torch.randn(3, layer.num_channels, 8, 8, dtype=torch.float64) * 4 + 2
+
+    # Execute
+    ours, theirs = layer.double()(features), reference.double()(features)
+
+    # Assert: one group per channel in every layer, and torch's instance normalization exactly
+    assert all(m.num_groups == m.num_channels for m in model.modules() if isinstance(m, nn.GroupNorm))
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"encoder": "no-such-encoder"}, "no-such-encoder"), ({"norm": "layer"}, "segmentation-norm = 'layer'")],
