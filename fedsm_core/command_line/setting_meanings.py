@@ -35,10 +35,9 @@ MEANINGS: dict[str, str] = {
         "segmentation-models-pytorch encoder of the U-Net"
     ),
     "segmentation-norm": (
-        "U-Net normalization: `group` (GroupNorm, 8 groups, no running statistics), `instance` (one group per "
-        "channel: each feature map of each image standardized, Ulyanov et al. 2016), `batch`, or `auto`: batch for "
-        "`fedbn`, group otherwise; `fedbn` with `group` or `instance` is refused (it would keep only affine "
-        "parameters local, which is not FedBN)"
+        "U-Net normalization: `group` (GroupNorm, 8 groups, no running statistics), `instance` (a group per channel), "
+        "`batch`, or `auto`: batch for `fedbn`, group otherwise; `fedbn` with `group` or `instance` is refused (it "
+        "would keep only affine parameters local, which is not FedBN)"
     ),
     "input-norm": (
         "`per-image`: standardize each channel of each image (zero mean, unit variance) in front of every U-Net, "
