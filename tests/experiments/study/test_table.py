@@ -30,7 +30,8 @@ SAMPLE = Path(__file__).resolve().parent / "study_sample"
 
 # The sample, and every committed study result (the reference study once a run of it has finished).
 TABLES = [SAMPLE, ROOT / "experiments" / "results" / "reference", ROOT / "experiments" / "results" / "cost-probe",
-          ROOT / "experiments" / "results" / "untuned-seed"]
+          ROOT / "experiments" / "results" / "untuned-seed",
+          ROOT / "experiments" / "results" / "drishti-min-local-steps"]
 
 
 @pytest.mark.parametrize("folder", TABLES, ids=lambda folder: folder.name)
